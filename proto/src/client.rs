@@ -1,0 +1,85 @@
+//! The client side of our sockets: a tonic channel over a Unix socket, and the
+//! interceptor that presents a peer secret.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+
+use crate::auth::{PEER_HEADER, SECRET_HEADER};
+use crate::secret::PeerSecret;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("nothing is listening on {path}")]
+    NotListening { path: PathBuf },
+    #[error("permission denied on {path}: the socket serves only its owner")]
+    PermissionDenied { path: PathBuf },
+    #[error("cannot connect to {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("cannot open a gRPC channel on {path}: {source}")]
+    Transport { path: PathBuf, source: tonic::transport::Error },
+}
+
+/// Connects to the gRPC server on the Unix socket at `path`.
+///
+/// The first connection is made here, so that "nobody is listening" is told apart
+/// from every other failure; the channel reconnects to the same path if needed.
+pub async fn connect(path: &Path) -> Result<Channel, ConnectError> {
+    let first = UnixStream::connect(path).await.map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+            ConnectError::NotListening { path: path.to_owned() }
+        }
+        io::ErrorKind::PermissionDenied => ConnectError::PermissionDenied { path: path.to_owned() },
+        _ => ConnectError::Io { path: path.to_owned(), source },
+    })?;
+    let first = Arc::new(Mutex::new(Some(first)));
+    let socket = path.to_owned();
+    // The URI is required by the HTTP/2 layer and otherwise unused.
+    Endpoint::from_static("http://cc.local")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let first = first.lock().map(|mut slot| slot.take()).unwrap_or(None);
+            let socket = socket.clone();
+            async move {
+                let stream = match first {
+                    Some(stream) => stream,
+                    None => UnixStream::connect(&socket).await?,
+                };
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|source| ConnectError::Transport { path: path.to_owned(), source })
+}
+
+/// Adds `x-cc-peer` / `x-cc-secret` to every request.
+#[derive(Clone)]
+pub struct PresentSecret {
+    peer: AsciiMetadataValue,
+    secret: AsciiMetadataValue,
+}
+
+impl PresentSecret {
+    pub fn new(peer: &str, secret: &PeerSecret) -> Self {
+        // Peer names are ours (ASCII); secrets are hex: both always parse.
+        Self {
+            peer: AsciiMetadataValue::try_from(peer).unwrap_or_else(|_| AsciiMetadataValue::from_static("invalid")),
+            secret: AsciiMetadataValue::try_from(secret.expose())
+                .unwrap_or_else(|_| AsciiMetadataValue::from_static("")),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for PresentSecret {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let meta = request.metadata_mut();
+        meta.insert(PEER_HEADER, self.peer.clone());
+        meta.insert(SECRET_HEADER, self.secret.clone());
+        Ok(request)
+    }
+}

@@ -1,0 +1,78 @@
+//! Process hardening every helper applies to itself before it reads a request.
+//!
+//! * `PR_SET_DUMPABLE=0`: a same-uid process can neither ptrace us nor read our
+//!   memory through `/proc/<pid>/mem`, so the peer secrets stay ours;
+//! * all capabilities dropped (every set, the bounding set when we may) and
+//!   `no_new_privs`, for every helper except `cc-sandboxd`, which alone needs
+//!   privileges to build envelopes.
+
+use caps::CapSet;
+
+use crate::common::v1::Hardening;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapabilityPolicy {
+    /// Drop every capability and set `no_new_privs`.
+    DropAll,
+    /// Keep what we were started with (sandboxd only).
+    Keep,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HardeningError {
+    #[error("cannot make the process non-dumpable: {0}")]
+    Dumpable(nix::Error),
+    #[error("cannot drop capabilities ({set}): {source}")]
+    Capabilities { set: &'static str, source: caps::errors::CapsError },
+    #[error("cannot set no_new_privs: {0}")]
+    NoNewPrivs(nix::Error),
+}
+
+pub fn harden(policy: CapabilityPolicy) -> Result<(), HardeningError> {
+    nix::sys::prctl::set_dumpable(false).map_err(HardeningError::Dumpable)?;
+    if policy == CapabilityPolicy::Keep {
+        return Ok(());
+    }
+    let caps_err = |set| move |source| HardeningError::Capabilities { set, source };
+    // The bounding set can only shrink while we still hold CAP_SETPCAP, so it goes first.
+    if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).unwrap_or(false) {
+        caps::clear(None, CapSet::Bounding).map_err(caps_err("bounding"))?;
+    }
+    caps::clear(None, CapSet::Ambient).map_err(caps_err("ambient"))?;
+    caps::clear(None, CapSet::Inheritable).map_err(caps_err("inheritable"))?;
+    caps::clear(None, CapSet::Effective).map_err(caps_err("effective"))?;
+    caps::clear(None, CapSet::Permitted).map_err(caps_err("permitted"))?;
+    nix::sys::prctl::set_no_new_privs().map_err(HardeningError::NoNewPrivs)?;
+    Ok(())
+}
+
+/// What the kernel says about this process now.
+pub fn report() -> Hardening {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    Hardening {
+        dumpable: nix::sys::prctl::get_dumpable().unwrap_or(true),
+        no_new_privs: nix::sys::prctl::get_no_new_privs().unwrap_or(false),
+        cap_effective: status_field(&status, "CapEff").unwrap_or("unknown").to_owned(),
+    }
+}
+
+/// One field of a `/proc/<pid>/status` file.
+pub fn status_field<'a>(status: &'a str, field: &str) -> Option<&'a str> {
+    status.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field).then(|| value.trim())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_status_fields() {
+        let status = "Name:\tcc-broker\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n";
+        assert_eq!(status_field(status, "CapEff"), Some("0000000000000000"));
+        assert_eq!(status_field(status, "NoNewPrivs"), Some("1"));
+        assert_eq!(status_field(status, "Cap"), None);
+    }
+}

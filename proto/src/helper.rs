@@ -1,0 +1,168 @@
+//! The start-up sequence every helper process runs, in order:
+//!
+//! 1. read the bootstrap message on stdin (never argv or env);
+//! 2. die with the supervisor (`PR_SET_PDEATHSIG`), and refuse to run under anyone else;
+//! 3. harden (non-dumpable; capabilities dropped except for sandboxd);
+//! 4. bind the socket the bootstrap names, 0600 in a 0700 directory;
+//! 5. serve grpc.health.v1 plus the helper's own service, every RPC authorized by
+//!    peer uid and peer secret;
+//! 6. tell the supervisor it is serving by writing [`READY_LINE`] on stdout;
+//! 7. on SIGTERM or SIGINT, stop serving, remove the socket, exit 0.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::{InterceptorLayer, Routes};
+use tonic::transport::Server;
+
+use crate::auth::PeerGuard;
+use crate::bootstrap::Bootstrap;
+use crate::common::v1::HelperStatus;
+use crate::hardening::{self, CapabilityPolicy};
+use crate::{logging, socket};
+
+/// What a helper writes on stdout once its socket serves.
+pub const READY_LINE: &str = "READY";
+
+/// Messages bigger than this are refused before they are decoded.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// What a helper is: its name and what it may keep.
+pub struct HelperSpec {
+    pub name: &'static str,
+    pub capabilities: CapabilityPolicy,
+}
+
+/// What a helper's services know about the process they run in.
+#[derive(Clone)]
+pub struct HelperContext {
+    pub bootstrap: Bootstrap,
+    pub started_unix_ms: i64,
+}
+
+impl HelperContext {
+    /// The answer to every helper's `GetStatus`.
+    pub fn status(&self) -> HelperStatus {
+        HelperStatus {
+            name: self.bootstrap.name.clone(),
+            version: crate::VERSION.to_owned(),
+            pid: std::process::id(),
+            hardening: Some(hardening::report()),
+            started_unix_ms: self.started_unix_ms,
+        }
+    }
+}
+
+pub fn unix_ms(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Runs a helper to completion. `service` returns the helper's own gRPC service
+/// (`health` is added here); `S::NAME` is reported serving on grpc.health.v1.
+pub fn run<S, F>(spec: HelperSpec, service: F) -> ExitCode
+where
+    F: FnOnce(&HelperContext) -> S,
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let fail = |message: String| {
+        eprintln!("cc-{}: {message}", spec.name);
+        ExitCode::from(2)
+    };
+    let bootstrap = match Bootstrap::read_from(std::io::stdin().lock(), spec.name) {
+        Ok(b) => b,
+        Err(e) => return fail(e.to_string()),
+    };
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
+        return fail(format!("cannot ask to die with the supervisor: {e}"));
+    }
+    // Checked after PDEATHSIG is set, so a supervisor that died in between is noticed.
+    let parent = nix::unistd::getppid().as_raw() as u32;
+    if parent != bootstrap.supervisor_pid {
+        return fail(format!(
+            "started by pid {parent}, not by the supervisor (pid {}): exiting",
+            bootstrap.supervisor_pid
+        ));
+    }
+    if let Err(e) = hardening::harden(spec.capabilities) {
+        return fail(e.to_string());
+    }
+    logging::init(bootstrap.log_format, "info");
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the async runtime: {e}")),
+    };
+    let context = HelperContext { bootstrap, started_unix_ms: unix_ms(SystemTime::now()) };
+    let service = service(&context);
+    match runtime.block_on(serve(context, service)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => fail(message),
+    }
+}
+
+async fn serve<S>(context: HelperContext, service: S) -> Result<(), String>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let bootstrap = &context.bootstrap;
+    if let Some(dir) = bootstrap.socket.parent() {
+        socket::prepare_private_dir(dir).map_err(|e| e.to_string())?;
+    }
+    let listener = socket::bind_private(&bootstrap.socket).map_err(|e| e.to_string())?;
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<S>().await;
+    let guard = PeerGuard::owner_or_root().requiring_secrets(bootstrap.peers.clone());
+    let routes = Routes::new(health).add_service(service);
+
+    announce_ready().map_err(|e| format!("cannot tell the supervisor we are ready: {e}"))?;
+    tracing::info!(helper = %bootstrap.name, socket = %bootstrap.socket.display(), "serving");
+
+    let result = Server::builder()
+        .layer(InterceptorLayer::new(guard))
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
+        .await;
+    socket::remove_socket(&bootstrap.socket);
+    tracing::info!(helper = %bootstrap.name, "stopped");
+    result.map_err(|e| format!("serving {} failed: {e}", bootstrap.socket.display()))
+}
+
+fn announce_ready() -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{READY_LINE}")?;
+    stdout.flush()
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers we could never stop cleanly; the default action still ends us.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,62 @@
+//! The protocol of every Control Center process and the IPC plumbing they share.
+//!
+//! * generated gRPC code, one module per `.proto` package (`cc.<service>.v1`);
+//! * [`socket`]: Unix sockets in private directories;
+//! * [`auth`]: who may call: peer uid from `SO_PEERCRED`, plus a per-peer secret on helper sockets;
+//! * [`bootstrap`]: the message a helper reads on stdin at spawn;
+//! * [`client`]: a channel over a Unix socket that presents a peer secret;
+//! * [`hardening`]: `PR_SET_DUMPABLE`, capabilities, `no_new_privs`;
+//! * [`helper`]: the start-up sequence every helper process runs.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod bootstrap;
+pub mod client;
+pub mod hardening;
+pub mod helper;
+pub mod logging;
+pub mod secret;
+pub mod socket;
+
+/// Generated code for `cc.common.v1`.
+pub mod common {
+    pub mod v1 {
+        tonic::include_proto!("cc.common.v1");
+    }
+}
+/// Generated code for `cc.supervisor.v1`, the client API.
+pub mod supervisor {
+    pub mod v1 {
+        tonic::include_proto!("cc.supervisor.v1");
+    }
+}
+/// Generated code for `cc.sandboxd.v1`.
+pub mod sandboxd {
+    pub mod v1 {
+        tonic::include_proto!("cc.sandboxd.v1");
+    }
+}
+/// Generated code for `cc.broker.v1`.
+pub mod broker {
+    pub mod v1 {
+        tonic::include_proto!("cc.broker.v1");
+    }
+}
+/// Generated code for `cc.gateway.v1`.
+pub mod gateway {
+    pub mod v1 {
+        tonic::include_proto!("cc.gateway.v1");
+    }
+}
+/// Generated code for `cc.runner.v1`.
+pub mod runner {
+    pub mod v1 {
+        tonic::include_proto!("cc.runner.v1");
+    }
+}
+
+/// Every `cc.*` descriptor, encoded, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cc_descriptor.bin"));
+
+/// The version every process reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
