@@ -1,0 +1,25 @@
+//! cc-broker: credential issuance and revocation. For now it serves health and its status.
+#![forbid(unsafe_code)]
+
+use cc_proto::broker::v1::broker_server::{Broker, BrokerServer};
+use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
+use cc_proto::hardening::CapabilityPolicy;
+use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
+use tonic::{Request, Response, Status};
+
+pub const SPEC: HelperSpec = HelperSpec { name: "broker", capabilities: CapabilityPolicy::DropAll };
+
+pub struct BrokerService {
+    context: HelperContext,
+}
+
+#[tonic::async_trait]
+impl Broker for BrokerService {
+    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
+        Ok(Response::new(self.context.status()))
+    }
+}
+
+pub fn service(context: &HelperContext) -> BrokerServer<BrokerService> {
+    BrokerServer::new(BrokerService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES)
+}

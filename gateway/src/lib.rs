@@ -1,0 +1,26 @@
+//! cc-gateway: the git push gateway and the per-run egress proxies. For now it serves health and
+//! its status.
+#![forbid(unsafe_code)]
+
+use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
+use cc_proto::gateway::v1::gateway_server::{Gateway, GatewayServer};
+use cc_proto::hardening::CapabilityPolicy;
+use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
+use tonic::{Request, Response, Status};
+
+pub const SPEC: HelperSpec = HelperSpec { name: "gateway", capabilities: CapabilityPolicy::DropAll };
+
+pub struct GatewayService {
+    context: HelperContext,
+}
+
+#[tonic::async_trait]
+impl Gateway for GatewayService {
+    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
+        Ok(Response::new(self.context.status()))
+    }
+}
+
+pub fn service(context: &HelperContext) -> GatewayServer<GatewayService> {
+    GatewayServer::new(GatewayService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES)
+}
