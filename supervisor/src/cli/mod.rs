@@ -1,0 +1,211 @@
+//! `ccctl`, the command-line client. Every command has `--help` and `--json`; every
+//! error is one line, `ccctl: …`, with a non-zero exit code.
+
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use cc_proto::client::ConnectError;
+use cc_proto::supervisor::v1 as pb;
+use clap::{Args, Parser, Subcommand};
+use tokio_stream::StreamExt;
+
+use crate::client::{self, Client};
+use crate::install::{self, Target};
+use crate::paths::DataDir;
+
+/// Control Center client: talks to cc-supervisor over $DATA/sock/api.sock.
+#[derive(Parser)]
+#[command(name = "ccctl", version, propagate_version = true)]
+pub struct Cli {
+    /// The supervisor's API socket [default: $DATA/sock/api.sock]
+    #[arg(long, global = true, env = "CC_SOCKET")]
+    socket: Option<PathBuf>,
+    /// The data directory [default: $XDG_DATA_HOME/control-center]
+    #[arg(long, global = true, env = "CC_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Print machine-readable JSON instead of text
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The supervisor, its sandbox backend, and a live check of every helper
+    Status {
+        /// Wait up to this many seconds for a supervisor whose helpers all serve
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
+    },
+    /// The helpers as the supervisor tracks them
+    Helpers {
+        #[command(subcommand)]
+        action: Option<HelpersAction>,
+    },
+    /// The event log
+    Events {
+        /// Keep running and print new events as they are recorded
+        #[arg(long)]
+        follow: bool,
+        /// Only events after this id
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+    },
+    /// Write the service unit for systemd or launchd
+    Install(InstallArgs),
+}
+
+#[derive(Subcommand)]
+enum HelpersAction {
+    /// Stop one helper and start it again; the others are untouched
+    Restart {
+        /// sandboxd, broker or gateway
+        name: String,
+    },
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("manager").required(true).args(["systemd", "launchd"])))]
+struct InstallArgs {
+    /// A systemd unit (system-wide, or with --user for this user)
+    #[arg(long)]
+    systemd: bool,
+    /// A launchd agent plist (macOS)
+    #[arg(long)]
+    launchd: bool,
+    /// With --systemd: a user unit (systemctl --user)
+    #[arg(long, requires = "systemd")]
+    user: bool,
+    /// Print the unit and where it would go; write nothing
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Runs ccctl with the process's arguments.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(anyhow!("cannot start the async runtime: {e}")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(error: anyhow::Error) -> ExitCode {
+    // `{:#}` keeps the context chain on one line.
+    eprintln!("ccctl: {}", render::one_line(&format!("{error:#}")));
+    ExitCode::FAILURE
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let data = DataDir::locate(cli.data_dir.as_deref())?;
+    let socket = cli.socket.clone().unwrap_or_else(|| data.api_socket());
+    match cli.command {
+        Command::Status { wait } => {
+            let status = match wait {
+                None => connect(&socket, &data).await?.get_status(pb::GetStatusRequest {}).await.map_err(rpc_error)?,
+                Some(seconds) => wait_for_serving(&socket, &data, Duration::from_secs(seconds)).await?,
+            };
+            render::status(&status.into_inner(), cli.json);
+        }
+        Command::Helpers { action: None } => {
+            let list =
+                connect(&socket, &data).await?.list_helpers(pb::ListHelpersRequest {}).await.map_err(rpc_error)?;
+            render::helpers(&list.into_inner().helpers, cli.json);
+        }
+        Command::Helpers { action: Some(HelpersAction::Restart { name }) } => {
+            let reply = connect(&socket, &data)
+                .await?
+                .restart_helper(pb::RestartHelperRequest { name })
+                .await
+                .map_err(rpc_error)?;
+            render::restarted(&reply.into_inner(), cli.json);
+        }
+        Command::Events { follow, since } => {
+            let mut stream = connect(&socket, &data)
+                .await?
+                .watch_events(pb::WatchEventsRequest { since, follow })
+                .await
+                .map_err(rpc_error)?
+                .into_inner();
+            while let Some(event) = stream.next().await {
+                render::event(&event.map_err(rpc_error)?, cli.json);
+            }
+        }
+        Command::Install(args) => install_unit(&args, &data, cli.json)?,
+    }
+    Ok(())
+}
+
+async fn connect(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<Client> {
+    client::connect(socket).await.map_err(|e| match e {
+        ConnectError::NotListening { path } => anyhow!(
+            "no supervisor is listening on {}; start one with `cc-supervisor --data-dir {}`",
+            path.display(),
+            data.root().display()
+        ),
+        other => other.into(),
+    })
+}
+
+/// Polls until a supervisor answers with every helper serving, or `limit` passes (then
+/// the last status, or the connection error, is the answer).
+async fn wait_for_serving(
+    socket: &std::path::Path,
+    data: &DataDir,
+    limit: Duration,
+) -> anyhow::Result<tonic::Response<pb::GetStatusResponse>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let attempt =
+            async { connect(socket, data).await?.get_status(pb::GetStatusRequest {}).await.map_err(rpc_error) };
+        let result = attempt.await;
+        let all_serving = result.as_ref().is_ok_and(|s| s.get_ref().helpers.iter().all(|h| h.serving));
+        if all_serving || Instant::now() >= deadline {
+            return result;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A status from the supervisor, as one line.
+fn rpc_error(status: tonic::Status) -> anyhow::Error {
+    match status.code() {
+        tonic::Code::Unavailable if status.message().contains("transport") || status.message().is_empty() => {
+            anyhow!("the supervisor closed the connection ({})", status.message())
+        }
+        _ => anyhow!("{}", status.message()),
+    }
+}
+
+fn install_unit(args: &InstallArgs, data: &DataDir, json: bool) -> anyhow::Result<()> {
+    let target = match (args.systemd, args.user) {
+        (true, false) => Target::SystemdSystem,
+        (true, true) => Target::SystemdUser,
+        _ => Target::Launchd,
+    };
+    let exe = std::env::current_exe().context("cannot tell where ccctl is")?;
+    let supervisor = exe.with_file_name("cc-supervisor");
+    if !supervisor.is_file() {
+        return Err(install::InstallError::MissingSupervisor(supervisor).into());
+    }
+    let data_dir = match target {
+        Target::SystemdSystem => PathBuf::from("/var/lib/control-center"),
+        Target::SystemdUser | Target::Launchd => data.root().to_owned(),
+    };
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let unit = install::render(target, &supervisor, &data_dir, home.as_deref())?;
+    if !args.dry_run {
+        install::write(&unit)?;
+    }
+    render::installed(&unit, args.dry_run, json);
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! What ccctl prints: text for people, JSON for machines.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cc_proto::common::v1::Event;
+use cc_proto::supervisor::v1 as pb;
+use serde_json::{Value, json};
+
+use crate::install::Unit;
+
+/// Keeps only the first line and drops control characters, so that nothing a peer
+/// sent can rewrite the terminal.
+pub fn one_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").chars().filter(|c| !c.is_control() && !is_bidi(*c)).collect()
+}
+
+fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+fn print_json(value: &Value) {
+    print(&format!("{value}\n"));
+}
+
+fn time(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn state_name(state: i32) -> &'static str {
+    match pb::HelperState::try_from(state) {
+        Ok(pb::HelperState::Starting) => "starting",
+        Ok(pb::HelperState::Running) => "running",
+        Ok(pb::HelperState::Backoff) => "backoff",
+        Ok(pb::HelperState::Failed) => "failed",
+        Ok(pb::HelperState::Stopped) => "stopped",
+        _ => "unknown",
+    }
+}
+
+fn exit_text(exit: Option<&pb::ExitStatus>) -> String {
+    match exit {
+        None => "-".into(),
+        Some(e) => match (e.code, e.signal) {
+            (Some(code), _) => format!("code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "did not start".into(),
+        },
+    }
+}
+
+fn exit_json(exit: Option<&pb::ExitStatus>) -> Value {
+    exit.map_or(Value::Null, |e| json!({ "code": e.code, "signal": e.signal, "time": time(e.time_unix_ms) }))
+}
+
+fn helper_json(h: &pb::HelperInfo, live: bool) -> Value {
+    let mut v = json!({
+        "name": h.name,
+        "pid": (h.pid != 0).then_some(h.pid),
+        "state": state_name(h.state),
+        "restarts": h.restarts,
+        "last_exit": exit_json(h.last_exit.as_ref()),
+        "socket": h.socket,
+    });
+    if live {
+        v["serving"] = h.serving.into();
+        v["problem"] = (!h.problem.is_empty()).then(|| h.problem.clone()).into();
+        if let Some(r) = &h.reported {
+            let hardening = r.hardening.clone().unwrap_or_default();
+            v["reported"] = json!({
+                "version": r.version,
+                "pid": r.pid,
+                "dumpable": hardening.dumpable,
+                "no_new_privs": hardening.no_new_privs,
+                "cap_effective": hardening.cap_effective,
+            });
+        }
+    }
+    v
+}
+
+fn helper_table(helpers: &[pb::HelperInfo], live: bool) -> String {
+    let mut out = String::new();
+    let serving_col = if live { "  SERVING" } else { "" };
+    out.push_str(&format!(
+        "{:<10}{:<10}{:<9}{:<10}{:<16}{serving_col}\n",
+        "HELPER", "STATE", "PID", "RESTARTS", "LAST EXIT"
+    ));
+    for h in helpers {
+        let pid = if h.pid == 0 { "-".to_owned() } else { h.pid.to_string() };
+        out.push_str(&format!(
+            "{:<10}{:<10}{:<9}{:<10}{:<16}",
+            h.name,
+            state_name(h.state),
+            pid,
+            h.restarts,
+            exit_text(h.last_exit.as_ref())
+        ));
+        if live {
+            let serving = if h.serving {
+                "yes".to_owned()
+            } else if h.problem.is_empty() {
+                "no".to_owned()
+            } else {
+                format!("no ({})", one_line(&h.problem))
+            };
+            out.push_str(&format!("  {serving}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+pub fn status(s: &pb::GetStatusResponse, json: bool) {
+    if json {
+        return print_json(&json!({
+            "version": s.version,
+            "pid": s.pid,
+            "data_dir": s.data_dir,
+            "sandbox": s.backend_line,
+            "backend": match pb::SandboxBackend::try_from(s.backend) {
+                Ok(pb::SandboxBackend::Native) => "native",
+                Ok(pb::SandboxBackend::None) => "none",
+                _ => "unknown",
+            },
+            "started": time(s.started_unix_ms),
+            "helpers": s.helpers.iter().map(|h| helper_json(h, true)).collect::<Vec<_>>(),
+        }));
+    }
+    let up = SystemTime::now()
+        .duration_since(UNIX_EPOCH + Duration::from_millis(s.started_unix_ms.max(0) as u64))
+        .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
+        .unwrap_or_else(|_| "0s".into());
+    print(&format!(
+        "cc-supervisor {} (pid {}), up {up}\ndata dir: {}\n{}\n\n{}",
+        s.version,
+        s.pid,
+        s.data_dir,
+        s.backend_line,
+        helper_table(&s.helpers, true)
+    ));
+}
+
+pub fn helpers(helpers: &[pb::HelperInfo], json: bool) {
+    if json {
+        return print_json(&Value::Array(helpers.iter().map(|h| helper_json(h, false)).collect()));
+    }
+    print(&helper_table(helpers, false));
+}
+
+pub fn restarted(r: &pb::RestartHelperResponse, json: bool) {
+    let Some(h) = &r.helper else { return };
+    if json {
+        let mut v = helper_json(h, false);
+        v["previous_pid"] = (r.previous_pid != 0).then_some(r.previous_pid).into();
+        return print_json(&v);
+    }
+    let previous = if r.previous_pid == 0 { "not running".to_owned() } else { format!("pid {}", r.previous_pid) };
+    print(&format!("restarted {}: {previous} → pid {}\n", h.name, h.pid));
+}
+
+pub fn event(e: &Event, json: bool) {
+    let payload: Value = serde_json::from_str(&e.payload_json).unwrap_or(Value::Null);
+    if json {
+        return print_json(&json!({
+            "id": e.id,
+            "time": time(e.time_unix_ms),
+            "kind": e.kind,
+            "subject": e.subject,
+            "payload": payload,
+        }));
+    }
+    print(&format!(
+        "{:>6}  {}  {:<18} {:<16} {}\n",
+        e.id,
+        time(e.time_unix_ms),
+        one_line(&e.kind),
+        one_line(&e.subject),
+        payload
+    ));
+}
+
+pub fn installed(unit: &Unit, dry_run: bool, json: bool) {
+    if json {
+        return print_json(&json!({
+            "path": unit.path,
+            "written": !dry_run,
+            "next": unit.next_step,
+            "contents": if dry_run { Some(&unit.contents) } else { None },
+        }));
+    }
+    if dry_run {
+        print(&format!("# would write {}\n{}", unit.path.display(), unit.contents));
+    } else {
+        print(&format!("wrote {}\nnext: {}\n", unit.path.display(), unit.next_step));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_strips_control_and_bidi() {
+        assert_eq!(one_line("a\x1b[2Jb\u{202e}c\nsecond"), "a[2Jbc");
+        assert_eq!(one_line(""), "");
+    }
+}

@@ -1,0 +1,174 @@
+//! The supervisor's configuration file (TOML). Every key is known: a typo is an error
+//! at load, never a silent default.
+//!
+//! ```toml
+//! [restart]
+//! initial_backoff_ms = 100    # first delay after a helper exits
+//! max_backoff_ms = 30000      # the doubling stops here
+//! healthy_after_ms = 60000    # a helper that ran this long starts over at the first delay
+//! budget = 10                 # restarts in a row without a healthy run before it is "failed"
+//!
+//! [helpers.broker]
+//! program = "/opt/cc/bin/cc-broker"   # default: next to cc-supervisor
+//!
+//! [sandbox]
+//! bwrap = "/usr/bin/bwrap"            # default: bwrap on PATH
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::helpers::HELPER_NAMES;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub restart: RestartPolicy,
+    #[serde(default)]
+    pub helpers: BTreeMap<String, HelperConfig>,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RestartPolicy {
+    pub initial_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+    pub healthy_after_ms: u64,
+    pub budget: u32,
+    /// How long a helper may take to announce that it serves.
+    pub ready_timeout_ms: u64,
+    /// How long a helper may take to exit after SIGTERM before it is killed.
+    pub stop_timeout_ms: u64,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        Self {
+            initial_backoff_ms: 100,
+            max_backoff_ms: 30_000,
+            healthy_after_ms: 60_000,
+            budget: 10,
+            ready_timeout_ms: 5_000,
+            stop_timeout_ms: 1_200,
+        }
+    }
+}
+
+impl RestartPolicy {
+    pub fn initial_backoff(&self) -> Duration {
+        Duration::from_millis(self.initial_backoff_ms)
+    }
+    pub fn max_backoff(&self) -> Duration {
+        Duration::from_millis(self.max_backoff_ms)
+    }
+    pub fn healthy_after(&self) -> Duration {
+        Duration::from_millis(self.healthy_after_ms)
+    }
+    pub fn ready_timeout(&self) -> Duration {
+        Duration::from_millis(self.ready_timeout_ms)
+    }
+    pub fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.stop_timeout_ms)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HelperConfig {
+    pub program: Option<PathBuf>,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub bwrap: Option<PathBuf>,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+    }
+
+    /// Parses and validates; the error is one line and names the place.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let config: Config = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+        if let Some(unknown) = config.helpers.keys().find(|name| !HELPER_NAMES.contains(&name.as_str())) {
+            return Err(format!("[helpers.{unknown}]: unknown helper (known: {})", HELPER_NAMES.join(", ")));
+        }
+        let r = &config.restart;
+        if r.initial_backoff_ms == 0 || r.max_backoff_ms < r.initial_backoff_ms {
+            return Err("[restart]: need 0 < initial_backoff_ms <= max_backoff_ms".into());
+        }
+        if r.ready_timeout_ms == 0 || r.stop_timeout_ms == 0 {
+            return Err("[restart]: ready_timeout_ms and stop_timeout_ms must be positive".into());
+        }
+        Ok(config)
+    }
+}
+
+/// toml's messages span several lines (a snippet with a caret); keep the first line
+/// and the line/column it names.
+fn one_line(message: &str) -> String {
+    let mut lines = message.lines().map(str::trim).filter(|l| !l.is_empty());
+    let head = lines.next().unwrap_or("parse error").to_owned();
+    let detail = message.lines().last().map(str::trim).filter(|l| !l.is_empty() && *l != head);
+    match detail {
+        Some(detail) => format!("{head}: {detail}"),
+        None => head,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_default() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let c = Config::parse(
+            "[restart]\ninitial_backoff_ms = 10\nbudget = 3\n[helpers.broker]\nprogram = \"/bin/false\"\n[sandbox]\nbwrap = \"/nope\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.restart.initial_backoff_ms, 10);
+        assert_eq!(c.restart.max_backoff_ms, 30_000);
+        assert_eq!(c.helpers["broker"].program.as_deref(), Some(Path::new("/bin/false")));
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        for (text, needle) in [
+            ("[restart]\nbudgt = 3\n", "budgt"),
+            ("[helpers.brokr]\n", "unknown helper"),
+            ("[restart]\ninitial_backoff_ms = 0\n", "initial_backoff_ms"),
+            ("[restart\n", "line 1"),
+            ("[restart]\nbudget = \"x\"\n", "line 2"),
+            ("color = 1\n", "color"),
+        ] {
+            let err = Config::parse(text).unwrap_err();
+            assert!(err.contains(needle), "{text:?} → {err}");
+            assert!(!err.contains('\n'), "multi-line error: {err}");
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The supervisor's life, start to finish, in the order it happens. Each step either
+//! succeeds or stops start-up with an error that says what to do; nothing after a
+//! failed step runs.
+
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use cc_proto::auth::PeerGuard;
+use cc_proto::helper::{MAX_MESSAGE_BYTES, unix_ms};
+use cc_proto::logging::LogFormat;
+use cc_proto::socket::{self, SocketError};
+use cc_proto::supervisor::v1::supervisor_server::SupervisorServer;
+use serde_json::json;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::InterceptorLayer;
+use tonic::transport::Server;
+
+use crate::api::SupervisorApi;
+use crate::config::{Config, ConfigError};
+use crate::events::EventLog;
+use crate::helpers::{HELPER_NAMES, HelperLaunch, HelperSet, SuperviseEnv};
+use crate::lock::{DataDirLock, LockError};
+use crate::paths::{DataDir, DataDirError};
+use crate::probe::{self, Backend, SandboxChoice};
+use crate::sd_notify;
+use crate::store::{Store, StoreError};
+
+/// How long open client streams may delay shutdown.
+const API_DRAIN: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    pub data_dir: Option<PathBuf>,
+    /// Default: `$DATA/config.toml` when it exists.
+    pub config: Option<PathBuf>,
+    pub sandbox: SandboxChoice,
+    pub log_format: LogFormat,
+    /// Where the helper binaries are. Default: next to the running executable.
+    pub helper_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    #[error("cannot generate helper secrets: {0}")]
+    Secret(#[from] cc_proto::secret::SecretError),
+    #[error("--sandbox native was asked for, but {0}")]
+    NativeUnavailable(String),
+    #[error("cannot tell where the helper binaries are ({0}): pass their directory")]
+    HelperDir(std::io::Error),
+    #[error("the client API failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Runs the supervisor until `shutdown` resolves, then stops everything it started.
+pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    // 1. The data directory, and the lock that makes it ours alone. Nothing is read or
+    //    written before the lock is held, so a second supervisor changes nothing.
+    let data = DataDir::locate(options.data_dir.as_deref())?;
+    data.prepare()?;
+    let _lock = DataDirLock::acquire(&data.lock_file())?;
+
+    // 2. Configuration: an invalid file stops start-up; it is never half-applied.
+    let config = match &options.config {
+        Some(path) => Config::load(path)?,
+        None if data.config_file().exists() => Config::load(&data.config_file())?,
+        None => Config::default(),
+    };
+
+    // 3. State.
+    let store = Arc::new(Store::open(&data.state_db())?);
+    let events = Arc::new(EventLog::new(store));
+
+    // 4. The sandbox probe, said on the startup line.
+    let probe = probe::probe(options.sandbox, config.sandbox.bwrap.as_deref());
+    if options.sandbox == SandboxChoice::Native && probe.backend != Backend::Native {
+        return Err(StartError::NativeUnavailable(probe.line()));
+    }
+    say(&probe.line());
+
+    // 5. The client socket, before the helpers, so that clients can watch start-up.
+    socket::prepare_private_dir(&data.sock_dir())?;
+    let api_socket = data.api_socket();
+    let listener = socket::bind_private(&api_socket)?;
+    events.record(
+        "supervisor_started",
+        "supervisor",
+        json!({ "pid": std::process::id(), "version": cc_proto::VERSION, "sandbox": probe.line() }),
+    );
+
+    // 6. The helpers, each supervised by its own task.
+    let helper_dir = match &options.helper_dir {
+        Some(dir) => dir.clone(),
+        None => default_helper_dir().map_err(StartError::HelperDir)?,
+    };
+    let launches = HELPER_NAMES
+        .iter()
+        .map(|&name| {
+            let configured = config.helpers.get(name);
+            HelperLaunch {
+                name,
+                program: configured
+                    .and_then(|c| c.program.clone())
+                    .unwrap_or_else(|| helper_dir.join(format!("cc-{name}"))),
+                args: configured.map(|c| c.args.clone()).unwrap_or_default(),
+                socket: data.helper_socket(name),
+            }
+        })
+        .collect();
+    let env = Arc::new(SuperviseEnv {
+        events: events.clone(),
+        policy: config.restart.clone(),
+        data_dir: data.root().to_owned(),
+        log_format: options.log_format,
+    });
+    let helpers = Arc::new(HelperSet::start(launches, env)?);
+
+    // 7. Serve the client API: health, reflection, and the supervisor service, every
+    //    call authorized by the caller's uid.
+    let api = SupervisorApi::new(
+        unix_ms(SystemTime::now()),
+        data.root().display().to_string(),
+        probe,
+        helpers.clone(),
+        events.clone(),
+    );
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<SupervisorServer<SupervisorApi>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(cc_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| StartError::NativeUnavailable(format!("reflection: {e}")))?;
+    let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(
+        Server::builder()
+            .layer(InterceptorLayer::new(PeerGuard::owner_or_root()))
+            .add_service(health)
+            .add_service(reflection)
+            .add_service(SupervisorServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                let _ = api_stopped.await;
+            }),
+    );
+    say(&format!("serving {}", api_socket.display()));
+
+    // 8. READY=1 once every helper serves at the same time.
+    let ready = {
+        let helpers = helpers.clone();
+        tokio::spawn(async move {
+            helpers.wait_all_running().await;
+            match sd_notify::notify("READY=1") {
+                Ok(_) => tracing::info!("all helpers serving: ready"),
+                Err(e) => tracing::warn!(error = %e, "cannot notify systemd"),
+            }
+        })
+    };
+
+    // 9. Run until asked to stop (or the API fails).
+    let served = tokio::select! {
+        _ = shutdown => None,
+        result = &mut server => Some(result),
+    };
+
+    // 10. Stop: the API first (no new requests), then the helpers, last started first.
+    ready.abort();
+    let _ = stop_api.send(());
+    if served.is_none() && tokio::time::timeout(API_DRAIN, &mut server).await.is_err() {
+        server.abort();
+    }
+    helpers.stop_all().await;
+    socket::remove_socket(&api_socket);
+    events.record("supervisor_stopped", "supervisor", json!({ "pid": std::process::id() }));
+    match served {
+        Some(Ok(Err(e))) => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+fn default_helper_dir() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(exe.parent().unwrap_or(Path::new("/")).to_owned())
+}
+
+/// One line on stdout, prefixed; a closed stdout is not a reason to fail.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "cc-supervisor: {line}");
+    let _ = out.flush();
+}

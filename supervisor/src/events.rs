@@ -1,0 +1,95 @@
+//! The event log: every event is a row in `state.db` first, then is broadcast to
+//! followers. Followers that fall behind re-read from the database, so none is lost.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use cc_proto::common::v1::Event;
+use cc_proto::helper::unix_ms;
+use tokio::sync::{broadcast, mpsc};
+use tonic::Status;
+
+use crate::store::{Store, StoreError};
+
+/// How many events one database read returns while replaying.
+const PAGE: usize = 512;
+
+pub struct EventLog {
+    store: Arc<Store>,
+    live: broadcast::Sender<Event>,
+}
+
+impl EventLog {
+    pub fn new(store: Arc<Store>) -> Self {
+        let (live, _) = broadcast::channel(1024);
+        Self { store, live }
+    }
+
+    /// Records an event. A failure to store is logged, not fatal: the supervisor's job
+    /// is to keep the helpers running, and the log line carries the event.
+    pub fn record(&self, kind: &str, subject: &str, payload: serde_json::Value) {
+        match self.store.append_event(unix_ms(SystemTime::now()), kind, subject, &payload) {
+            Ok(event) => {
+                tracing::info!(event.kind = kind, event.subject = subject, event.payload = %event.payload_json, "event");
+                let _ = self.live.send(event);
+            }
+            Err(e) => tracing::error!(kind, subject, %payload, error = %e, "cannot record event"),
+        }
+    }
+
+    /// Streams the events after `since` into `out`, then (with `follow`) every new one,
+    /// until the receiver goes away.
+    pub async fn stream(&self, since: u64, follow: bool, out: mpsc::Sender<Result<Event, Status>>) {
+        // Subscribe before replaying so that nothing recorded in between is missed;
+        // duplicates are skipped by id.
+        let mut live = self.live.subscribe();
+        let Ok(mut last) = self.replay(since, &out).await else { return };
+        if !follow {
+            return;
+        }
+        loop {
+            match live.recv().await {
+                Ok(event) if event.id > last => {
+                    last = event.id;
+                    if out.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => match self.replay(last, &out).await {
+                    Ok(newest) => last = newest,
+                    Err(()) => return,
+                },
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Sends every stored event after `since`; returns the last id sent (or `since`).
+    /// `Err(())` when the receiver is gone or the database failed (already reported).
+    async fn replay(&self, since: u64, out: &mpsc::Sender<Result<Event, Status>>) -> Result<u64, ()> {
+        let mut last = since;
+        loop {
+            let page = match self.page_after(last).await {
+                Ok(page) => page,
+                Err(e) => {
+                    let _ = out.send(Err(Status::internal(format!("cannot read the event log: {e}")))).await;
+                    return Err(());
+                }
+            };
+            let full = page.len() == PAGE;
+            for event in page {
+                last = event.id;
+                out.send(Ok(event)).await.map_err(|_| ())?;
+            }
+            if !full {
+                return Ok(last);
+            }
+        }
+    }
+
+    async fn page_after(&self, after: u64) -> Result<Vec<Event>, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.events_after(after, PAGE)).await.unwrap_or(Err(StoreError::Poisoned))
+    }
+}

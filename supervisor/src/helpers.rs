@@ -1,0 +1,450 @@
+//! Spawning and supervising the helper processes.
+//!
+//! One task per helper owns its child process and is the only code that starts or
+//! stops it. The task waits on the child's exit (no polling), records what happened,
+//! and starts it again after the backoff; requests (restart, stop) reach it over a
+//! channel. Restarting one helper therefore never touches another.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use cc_proto::bootstrap::Bootstrap;
+use cc_proto::helper::{READY_LINE, unix_ms};
+use cc_proto::logging::LogFormat;
+use cc_proto::secret::PeerSecret;
+use cc_proto::supervisor::v1::HelperState;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::backoff::{Backoff, NextStart};
+use crate::config::RestartPolicy;
+use crate::events::EventLog;
+
+/// The helpers the supervisor runs, in start order (stopped in reverse).
+pub const HELPER_NAMES: [&str; 3] = ["sandboxd", "broker", "gateway"];
+
+/// The name the supervisor uses as a peer on helper sockets.
+pub const SUPERVISOR_PEER: &str = "supervisor";
+
+/// Environment variables a helper inherits; everything else is dropped.
+const PASSED_ENV: &[&str] =
+    &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "CC_LOG", "RUST_BACKTRACE"];
+
+/// How to start one helper.
+#[derive(Debug, Clone)]
+pub struct HelperLaunch {
+    pub name: &'static str,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub socket: PathBuf,
+}
+
+/// What the supervisor knows about a helper right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub pid: Option<u32>,
+    pub state: HelperState,
+    pub restarts: u32,
+    pub last_exit: Option<ExitRecord>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitRecord {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub time_unix_ms: i64,
+}
+
+impl ExitRecord {
+    fn from_status(status: Option<std::process::ExitStatus>) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        Self {
+            code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            time_unix_ms: unix_ms(SystemTime::now()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("unknown helper {0:?} (known: sandboxd, broker, gateway)")]
+    Unknown(String),
+    #[error("helper {name} did not come back: {reason}")]
+    StartFailed { name: &'static str, reason: String },
+    #[error("the supervisor is shutting down")]
+    ShuttingDown,
+}
+
+enum Control {
+    Restart(oneshot::Sender<Result<u32, String>>),
+    Stop(oneshot::Sender<()>),
+}
+
+/// Shared by every helper's supervision task.
+pub struct SuperviseEnv {
+    pub events: Arc<EventLog>,
+    pub policy: RestartPolicy,
+    pub data_dir: PathBuf,
+    pub log_format: LogFormat,
+}
+
+pub struct Helper {
+    launch: HelperLaunch,
+    secret: PeerSecret,
+    snapshot: Mutex<Snapshot>,
+    control: mpsc::Sender<Control>,
+    changed: watch::Sender<u64>,
+}
+
+impl Helper {
+    pub fn name(&self) -> &'static str {
+        self.launch.name
+    }
+    pub fn socket(&self) -> &std::path::Path {
+        &self.launch.socket
+    }
+    /// The secret the supervisor presents on this helper's socket.
+    pub fn secret(&self) -> &PeerSecret {
+        &self.secret
+    }
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Snapshot)) {
+        match self.snapshot.lock() {
+            Ok(mut s) => f(&mut s),
+            Err(p) => f(&mut p.into_inner()),
+        }
+        self.changed.send_modify(|generation| *generation += 1);
+    }
+
+    fn subject(&self) -> String {
+        format!("helper:{}", self.launch.name)
+    }
+}
+
+/// Every helper, each with its supervision task.
+pub struct HelperSet {
+    helpers: Vec<Arc<Helper>>,
+    changed: watch::Receiver<u64>,
+}
+
+impl HelperSet {
+    /// Starts supervising every helper in `launches`, in order. Returns at once; use
+    /// [`HelperSet::wait_all_running`] to wait for them.
+    pub fn start(launches: Vec<HelperLaunch>, env: Arc<SuperviseEnv>) -> Result<Self, cc_proto::secret::SecretError> {
+        let (changed_tx, changed) = watch::channel(0u64);
+        let mut helpers = Vec::with_capacity(launches.len());
+        for launch in launches {
+            let (control, control_rx) = mpsc::channel(8);
+            let helper = Arc::new(Helper {
+                launch,
+                secret: PeerSecret::generate()?,
+                snapshot: Mutex::new(Snapshot {
+                    pid: None,
+                    state: HelperState::Starting,
+                    restarts: 0,
+                    last_exit: None,
+                }),
+                control,
+                changed: changed_tx.clone(),
+            });
+            tokio::spawn(supervise(helper.clone(), env.clone(), control_rx));
+            helpers.push(helper);
+        }
+        Ok(Self { helpers, changed })
+    }
+
+    pub fn helpers(&self) -> &[Arc<Helper>] {
+        &self.helpers
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Arc<Helper>, HelperError> {
+        self.helpers
+            .iter()
+            .find(|h| h.name() == name)
+            .ok_or_else(|| HelperError::Unknown(name.chars().take(64).collect()))
+    }
+
+    /// Resolves once every helper is running at the same time.
+    pub async fn wait_all_running(&self) {
+        let mut changed = self.changed.clone();
+        loop {
+            if self.helpers.iter().all(|h| h.snapshot().state == HelperState::Running) {
+                return;
+            }
+            if changed.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// Stops `name` and starts it again at once, whatever its state (a failed helper
+    /// gets a fresh budget). Returns the new pid.
+    pub async fn restart(&self, name: &str) -> Result<u32, HelperError> {
+        let helper = self.get(name)?;
+        let (reply, answer) = oneshot::channel();
+        helper.control.send(Control::Restart(reply)).await.map_err(|_| HelperError::ShuttingDown)?;
+        match answer.await {
+            Ok(Ok(pid)) => Ok(pid),
+            Ok(Err(reason)) => Err(HelperError::StartFailed { name: helper.name(), reason }),
+            Err(_) => Err(HelperError::ShuttingDown),
+        }
+    }
+
+    /// Stops every helper, last started first, each within the stop timeout.
+    pub async fn stop_all(&self) {
+        for helper in self.helpers.iter().rev() {
+            let (reply, done) = oneshot::channel();
+            if helper.control.send(Control::Stop(reply)).await.is_ok() {
+                let _ = done.await;
+            }
+        }
+    }
+}
+
+/// Why a helper is being started.
+#[derive(Clone, Copy)]
+enum StartReason {
+    First,
+    AfterExit,
+    Requested,
+}
+
+/// What interrupted a running helper.
+enum Woke {
+    Exited(Option<std::process::ExitStatus>),
+    Control(Option<Control>),
+}
+
+async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mpsc::Receiver<Control>) {
+    let mut backoff = Backoff::new(env.policy.clone());
+    let mut reason = StartReason::First;
+    let mut waiting_restart: Option<oneshot::Sender<Result<u32, String>>> = None;
+    let mut previous_pid: Option<u32> = None;
+    let subject = helper.subject();
+    loop {
+        helper.update(|s| {
+            s.state = HelperState::Starting;
+            s.pid = None;
+        });
+        let started = Instant::now();
+        let (pid, status, error) = match launch(&helper, &env).await {
+            Ok(mut child) => {
+                let pid = child.id().unwrap_or(0);
+                let restarts = helper.snapshot().restarts + u32::from(!matches!(reason, StartReason::First));
+                helper.update(|s| {
+                    s.state = HelperState::Running;
+                    s.pid = Some(pid);
+                    s.restarts = restarts;
+                });
+                match reason {
+                    StartReason::First => env.events.record("helper_started", &subject, json!({ "pid": pid })),
+                    StartReason::AfterExit | StartReason::Requested => env.events.record(
+                        "helper_restarted",
+                        &subject,
+                        json!({
+                            "pid": pid,
+                            "previous_pid": previous_pid,
+                            "reason": if matches!(reason, StartReason::Requested) { "requested" } else { "exited" },
+                            "restarts": restarts,
+                        }),
+                    ),
+                }
+                if let Some(reply) = waiting_restart.take() {
+                    let _ = reply.send(Ok(pid));
+                }
+                let woke = tokio::select! {
+                    status = child.wait() => Woke::Exited(status.ok()),
+                    request = control.recv() => Woke::Control(request),
+                };
+                match woke {
+                    Woke::Control(request) => {
+                        let status = stop_child(&mut child, env.policy.stop_timeout()).await;
+                        record_exit(&helper, &env, pid, status, started.elapsed(), None);
+                        previous_pid = Some(pid);
+                        match request {
+                            Some(Control::Restart(reply)) => {
+                                waiting_restart = Some(reply);
+                                backoff.reset();
+                                reason = StartReason::Requested;
+                                continue;
+                            }
+                            Some(Control::Stop(reply)) => {
+                                helper.update(|s| s.state = HelperState::Stopped);
+                                let _ = reply.send(());
+                                return;
+                            }
+                            None => {
+                                helper.update(|s| s.state = HelperState::Stopped);
+                                return;
+                            }
+                        }
+                    }
+                    Woke::Exited(status) => (Some(pid), status, None),
+                }
+            }
+            Err(failure) => {
+                if let Some(reply) = waiting_restart.take() {
+                    let _ = reply.send(Err(failure.message.clone()));
+                }
+                (failure.pid, failure.status, Some(failure.message))
+            }
+        };
+        record_exit(&helper, &env, pid.unwrap_or(0), status, started.elapsed(), error);
+        previous_pid = pid;
+
+        let request = match backoff.on_exit(started.elapsed()) {
+            NextStart::After(delay) => {
+                helper.update(|s| s.state = HelperState::Backoff);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {
+                        reason = StartReason::AfterExit;
+                        continue;
+                    }
+                    request = control.recv() => request,
+                }
+            }
+            NextStart::GiveUp => {
+                helper.update(|s| s.state = HelperState::Failed);
+                let restarts = helper.snapshot().restarts;
+                env.events.record(
+                    "helper_failed",
+                    &subject,
+                    json!({ "restarts": restarts, "reason": "exited too often in a row; restart it with `ccctl helpers restart`" }),
+                );
+                control.recv().await
+            }
+        };
+        match request {
+            Some(Control::Restart(reply)) => {
+                waiting_restart = Some(reply);
+                backoff.reset();
+                reason = StartReason::Requested;
+            }
+            Some(Control::Stop(reply)) => {
+                helper.update(|s| s.state = HelperState::Stopped);
+                let _ = reply.send(());
+                return;
+            }
+            None => {
+                helper.update(|s| s.state = HelperState::Stopped);
+                return;
+            }
+        }
+    }
+}
+
+fn record_exit(
+    helper: &Helper,
+    env: &SuperviseEnv,
+    pid: u32,
+    status: Option<std::process::ExitStatus>,
+    ran_for: Duration,
+    error: Option<String>,
+) {
+    let exit = ExitRecord::from_status(status);
+    helper.update(|s| {
+        s.pid = None;
+        s.last_exit = Some(exit);
+    });
+    let mut payload = json!({
+        "pid": pid,
+        "code": exit.code,
+        "signal": exit.signal,
+        "ran_ms": ran_for.as_millis() as u64,
+    });
+    if let Some(error) = error {
+        payload["error"] = error.into();
+    }
+    env.events.record("helper_exited", &helper.subject(), payload);
+}
+
+/// A start that did not reach "serving".
+struct LaunchFailure {
+    pid: Option<u32>,
+    status: Option<std::process::ExitStatus>,
+    message: String,
+}
+
+/// Spawns the helper, hands it its bootstrap on stdin, and waits for its ready line.
+async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFailure> {
+    let launch = &helper.launch;
+    let bootstrap = Bootstrap {
+        name: launch.name.to_owned(),
+        socket: launch.socket.clone(),
+        data_dir: env.data_dir.clone(),
+        log_format: env.log_format,
+        peers: [(SUPERVISOR_PEER.to_owned(), helper.secret.clone())].into(),
+        supervisor_pid: std::process::id(),
+    };
+    let mut command = Command::new(&launch.program);
+    command
+        .args(&launch.args)
+        .env_clear()
+        .envs(PASSED_ENV.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        // Its own process group: a Ctrl-C in the supervisor's terminal reaches the
+        // supervisor, which stops helpers in order, rather than every helper at once.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command.spawn().map_err(|e| LaunchFailure {
+        pid: None,
+        status: None,
+        message: format!("cannot start {}: {e}", launch.program.display()),
+    })?;
+    let pid = child.id();
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(fail(child, pid, "no stdio pipes".into(), env).await);
+    };
+    let handshake = async {
+        // A helper that exits at once closes its stdin: the write fails, and the read
+        // below then sees end-of-file, which is the error worth reporting.
+        let _ = stdin.write_all(&bootstrap.to_json_line()).await;
+        drop(stdin);
+        BufReader::new(stdout).lines().next_line().await
+    };
+    match tokio::time::timeout(env.policy.ready_timeout(), handshake).await {
+        Ok(Ok(Some(line))) if line == READY_LINE => Ok(child),
+        Ok(Ok(Some(line))) => {
+            Err(fail(child, pid, format!("said {:?} instead of {READY_LINE:?}", truncate(&line)), env).await)
+        }
+        Ok(Ok(None)) => Err(fail(child, pid, "exited before serving its socket".into(), env).await),
+        Ok(Err(e)) => Err(fail(child, pid, format!("cannot read its ready line: {e}"), env).await),
+        Err(_) => Err(fail(child, pid, format!("not serving after {:?}", env.policy.ready_timeout()), env).await),
+    }
+}
+
+async fn fail(mut child: Child, pid: Option<u32>, message: String, env: &SuperviseEnv) -> LaunchFailure {
+    let status = stop_child(&mut child, env.policy.stop_timeout()).await;
+    LaunchFailure { pid, status, message }
+}
+
+/// SIGTERM, then SIGKILL after `grace`. Returns the exit status.
+async fn stop_child(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(status);
+    }
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+    }
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status.ok(),
+        Err(_) => {
+            let _ = child.start_kill();
+            child.wait().await.ok()
+        }
+    }
+}
+
+fn truncate(line: &str) -> String {
+    line.chars().take(80).collect()
+}

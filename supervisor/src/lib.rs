@@ -1,0 +1,21 @@
+//! cc-supervisor: the root of the process tree and the only process clients talk to.
+//!
+//! It owns the data directory (one supervisor per directory), `state.db` and its event
+//! log, the sandbox probe, and the lifecycle of every helper. [`daemon::run`] is the
+//! whole start-up and shutdown sequence; `ccctl` (the client) lives in [`cli`].
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod backoff;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod events;
+pub mod helpers;
+pub mod install;
+pub mod lock;
+pub mod paths;
+pub mod probe;
+pub mod sd_notify;
+pub mod store;

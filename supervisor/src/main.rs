@@ -1,0 +1,62 @@
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use cc_proto::logging::{self, LogFormat};
+use cc_supervisor::daemon::{self, DaemonOptions};
+use cc_supervisor::probe::SandboxChoice;
+use clap::Parser;
+
+/// The Control Center supervisor: spawns and supervises cc-sandboxd, cc-broker and
+/// cc-gateway, and serves the client API on $DATA/sock/api.sock.
+#[derive(Parser)]
+#[command(name = "cc-supervisor", version)]
+struct Args {
+    /// Data directory [default: $XDG_DATA_HOME/control-center]
+    #[arg(long, env = "CC_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Configuration file [default: $DATA/config.toml when it exists]
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// OS sandbox backend: auto (native when the probe passes), native (or refuse to start), off
+    #[arg(long, value_enum, default_value_t = SandboxChoice::Auto)]
+    sandbox: SandboxChoice,
+    /// Log format on stderr: text or json
+    #[arg(long, default_value = "text", value_parser = clap::value_parser!(LogFormat))]
+    log_format: LogFormat,
+    /// Directory holding cc-sandboxd, cc-broker and cc-gateway [default: next to this binary]
+    #[arg(long)]
+    helper_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    logging::init(args.log_format, "info");
+    // The supervisor holds every helper's secret: no same-uid process may ptrace it.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("cc-supervisor: cannot make the process non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cc-supervisor: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = DaemonOptions {
+        data_dir: args.data_dir,
+        config: args.config,
+        sandbox: args.sandbox,
+        log_format: args.log_format,
+        helper_dir: args.helper_dir,
+    };
+    match runtime.block_on(daemon::run(options, cc_proto::helper::shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cc-supervisor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Where everything lives under the data directory (DESIGN.md §3).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataDirError {
+    #[error("no data directory given and neither XDG_DATA_HOME nor HOME is set: pass --data-dir")]
+    NoDefault,
+    #[error("cannot use {path} as the data directory: {source}; choose another with --data-dir")]
+    Unusable { path: PathBuf, source: io::Error },
+    #[error("{path} is not a directory; choose another with --data-dir")]
+    NotADirectory { path: PathBuf },
+}
+
+/// The data directory and the well-known paths inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    /// `explicit`, or `$XDG_DATA_HOME/control-center`, or `~/.local/share/control-center`,
+    /// made absolute (helpers and sockets must not depend on our working directory).
+    pub fn locate(explicit: Option<&Path>) -> Result<Self, DataDirError> {
+        let root = match explicit {
+            Some(p) => p.to_owned(),
+            None => default_root().ok_or(DataDirError::NoDefault)?,
+        };
+        let root =
+            std::path::absolute(&root).map_err(|source| DataDirError::Unusable { path: root.clone(), source })?;
+        Ok(Self { root })
+    }
+
+    /// Creates the directory (0700) when missing and checks that it is a directory.
+    /// Writability is proven by taking the lock file next.
+    pub fn prepare(&self) -> Result<(), DataDirError> {
+        let unusable = |source| DataDirError::Unusable { path: self.root.clone(), source };
+        if !self.root.exists() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root).map_err(unusable)?;
+        }
+        let meta = std::fs::metadata(&self.root).map_err(unusable)?;
+        if !meta.is_dir() {
+            return Err(DataDirError::NotADirectory { path: self.root.clone() });
+        }
+        Ok(())
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn state_db(&self) -> PathBuf {
+        self.root.join("state.db")
+    }
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("supervisor.lock")
+    }
+    pub fn config_file(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+    pub fn sock_dir(&self) -> PathBuf {
+        self.root.join("sock")
+    }
+    pub fn api_socket(&self) -> PathBuf {
+        self.sock_dir().join("api.sock")
+    }
+    pub fn helper_socket(&self, helper: &str) -> PathBuf {
+        self.sock_dir().join(format!("{helper}.sock"))
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+fn default_root() -> Option<PathBuf> {
+    let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let base = nonempty("XDG_DATA_HOME").or_else(|| nonempty("HOME").map(|h| h.join(".local/share")))?;
+    Some(base.join("control-center"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout() {
+        let d = DataDir::locate(Some(Path::new("/srv/cc"))).unwrap();
+        assert_eq!(d.api_socket(), Path::new("/srv/cc/sock/api.sock"));
+        assert_eq!(d.helper_socket("broker"), Path::new("/srv/cc/sock/broker.sock"));
+        assert_eq!(d.state_db(), Path::new("/srv/cc/state.db"));
+    }
+
+    #[test]
+    fn relative_paths_become_absolute() {
+        let d = DataDir::locate(Some(Path::new("rel/dir"))).unwrap();
+        assert!(d.root().is_absolute());
+    }
+
+    #[test]
+    fn a_file_is_not_a_data_dir() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let d = DataDir::locate(Some(f.path())).unwrap();
+        assert!(matches!(d.prepare(), Err(DataDirError::NotADirectory { .. })));
+    }
+}

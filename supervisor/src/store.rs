@@ -1,0 +1,158 @@
+//! `state.db`: SQLite on disk, WAL, schema migrations in code.
+//!
+//! Each migration runs once, in a transaction, and `PRAGMA user_version` records how
+//! far the file has come. A file from a newer supervisor is refused, not guessed at.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use cc_proto::common::v1::Event;
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// Migration N brings the schema from version N to N+1. Append; never edit.
+const MIGRATIONS: &[&str] = &[
+    // 1: the event log.
+    "CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time_unix_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        payload TEXT NOT NULL CHECK (json_valid(payload))
+    );",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open {path}: {source}")]
+    Open { path: PathBuf, source: rusqlite::Error },
+    #[error("{path} has schema version {found}, newer than this supervisor knows ({known}): upgrade cc-supervisor")]
+    TooNew { path: PathBuf, found: i64, known: usize },
+    #[error("cannot migrate {path} to schema version {version}: {source}")]
+    Migrate { path: PathBuf, version: usize, source: rusqlite::Error },
+    #[error("state.db: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("state.db is unusable after an earlier failure (a thread panicked holding it)")]
+    Poisoned,
+}
+
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let open_err = |source| StoreError::Open { path: path.to_owned(), source };
+        let mut conn = Connection::open(path).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_err)?;
+        migrate(&mut conn, path)?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
+        self.conn.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    pub fn append_event(
+        &self,
+        time_unix_ms: i64,
+        kind: &str,
+        subject: &str,
+        payload: &serde_json::Value,
+    ) -> Result<Event, StoreError> {
+        let payload_json = payload.to_string();
+        let conn = self.conn()?;
+        conn.execute(
+            "INSERT INTO events (time_unix_ms, kind, subject, payload) VALUES (?1, ?2, ?3, ?4)",
+            params![time_unix_ms, kind, subject, payload_json],
+        )?;
+        Ok(Event {
+            id: conn.last_insert_rowid() as u64,
+            time_unix_ms,
+            kind: kind.to_owned(),
+            subject: subject.to_owned(),
+            payload_json,
+        })
+    }
+
+    /// Up to `limit` events with an id greater than `after`, oldest first.
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, time_unix_ms, kind, subject, payload FROM events WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![after, limit as i64], |row| {
+            Ok(Event {
+                id: row.get::<_, i64>(0)? as u64,
+                time_unix_ms: row.get(1)?,
+                kind: row.get(2)?,
+                subject: row.get(3)?,
+                payload_json: row.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn last_event_id(&self) -> Result<u64, StoreError> {
+        let conn = self.conn()?;
+        let id: Option<i64> = conn.query_row("SELECT max(id) FROM events", [], |r| r.get(0)).optional()?.flatten();
+        Ok(id.unwrap_or(0) as u64)
+    }
+}
+
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if found < 0 || found as usize > MIGRATIONS.len() {
+        return Err(StoreError::TooNew { path: path.to_owned(), found, known: MIGRATIONS.len() });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = index + 1;
+        let migrate_err = |source| StoreError::Migrate { path: path.to_owned(), version, source };
+        let tx = conn.transaction().map_err(migrate_err)?;
+        tx.execute_batch(sql).map_err(migrate_err)?;
+        tx.pragma_update(None, "user_version", version as i64).map_err(migrate_err)?;
+        tx.commit().map_err(migrate_err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_survive_reopen_and_ids_grow() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state.db");
+        let store = Store::open(&path).unwrap();
+        let a = store.append_event(1, "helper_started", "helper:broker", &json!({"pid": 7})).unwrap();
+        let b = store.append_event(2, "helper_exited", "helper:broker", &json!({"code": 1})).unwrap();
+        assert!(b.id > a.id);
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        let all = store.events_after(0, 100).unwrap();
+        assert_eq!(all, vec![a.clone(), b.clone()]);
+        assert_eq!(store.events_after(a.id, 100).unwrap(), vec![b.clone()]);
+        assert_eq!(store.events_after(u64::MAX, 100).unwrap(), vec![]);
+        assert_eq!(store.last_event_id().unwrap(), b.id);
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state.db");
+        Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
+        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 99, .. })));
+    }
+
+    #[test]
+    fn refuses_a_file_that_is_not_sqlite() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state.db");
+        std::fs::write(&path, vec![0x42u8; 8192]).unwrap();
+        assert!(Store::open(&path).is_err());
+    }
+}
