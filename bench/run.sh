@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Builds the release binaries once and runs every benchmark side by side.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --workspace --bins
+./target/release/cc-bench supervisor

@@ -1,0 +1,159 @@
+//! Benchmarks that run the real binaries. `bench/run.sh` builds them in release mode and
+//! runs every benchmark; each prints its figures and the ratio to its target.
+//!
+//! * `supervisor`: cold start to `READY=1`, and the client API round trip.
+#![forbid(unsafe_code)]
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use cc_proto::supervisor::v1 as pb;
+
+fn main() -> anyhow::Result<()> {
+    let which = std::env::args().nth(1).unwrap_or_else(|| "supervisor".into());
+    match which.as_str() {
+        "supervisor" => supervisor(),
+        other => bail!("unknown benchmark {other:?} (known: supervisor)"),
+    }
+}
+
+fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name(name);
+    if !path.is_file() {
+        bail!("{} is missing: build with `cargo build --release --workspace --bins`", path.display());
+    }
+    Ok(path)
+}
+
+/// A supervisor started for measuring; stopped on drop.
+struct Running {
+    child: std::process::Child,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a supervisor on a fresh data dir; returns it and the time to `READY=1`.
+fn start(root: &Path, n: usize) -> anyhow::Result<(Running, Duration)> {
+    let data = root.join(format!("d{n}"));
+    let notify_path = root.join(format!("n{n}.sock"));
+    let notify = UnixDatagram::bind(&notify_path)?;
+    notify.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let started = Instant::now();
+    let child = Command::new(sibling("cc-supervisor")?)
+        .arg("--data-dir")
+        .arg(&data)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("CC_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let running = Running { child };
+    let mut buf = [0u8; 64];
+    let len = notify.recv(&mut buf).context("no READY=1 within 10 s")?;
+    let elapsed = started.elapsed();
+    if &buf[..len] != b"READY=1" {
+        bail!("unexpected notification {:?}", String::from_utf8_lossy(&buf[..len]));
+    }
+    Ok((running, elapsed))
+}
+
+struct Stats {
+    median: Duration,
+    p90: Duration,
+    p99: Duration,
+    min: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Stats { median: at(0.5), p90: at(0.9), p99: at(0.99), min: samples[0] }
+}
+
+fn report(name: &str, s: &Stats, target: Duration) {
+    println!(
+        "{name:<44} median {:>9.3} ms  p90 {:>9.3} ms  p99 {:>9.3} ms  min {:>9.3} ms  target {:>7.3} ms  median/target {:.3}",
+        ms(s.median),
+        ms(s.p90),
+        ms(s.p99),
+        ms(s.min),
+        ms(target),
+        s.median.as_secs_f64() / target.as_secs_f64()
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn supervisor() -> anyhow::Result<()> {
+    let tmp = tempfile::Builder::new().prefix("cc-bench-").tempdir()?;
+    const COLD_STARTS: usize = 20;
+    let mut cold = Vec::with_capacity(COLD_STARTS);
+    for n in 0..COLD_STARTS {
+        let (running, elapsed) = start(tmp.path(), n)?;
+        cold.push(elapsed);
+        drop(running);
+    }
+    report("supervisor cold start to READY=1", &stats(cold), Duration::from_millis(300));
+
+    let (_running, _) = start(tmp.path(), COLD_STARTS)?;
+    let socket = tmp.path().join(format!("d{COLD_STARTS}/sock/api.sock"));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (status, list) = runtime.block_on(async {
+        let mut client = cc_supervisor::client::connect(&socket).await?;
+        let mut status = Vec::new();
+        let mut list = Vec::new();
+        for i in 0..2_200 {
+            let t = Instant::now();
+            client.get_status(pb::GetStatusRequest {}).await?;
+            if i >= 200 {
+                status.push(t.elapsed());
+            }
+        }
+        for i in 0..2_200 {
+            let t = Instant::now();
+            client.list_helpers(pb::ListHelpersRequest {}).await?;
+            if i >= 200 {
+                list.push(t.elapsed());
+            }
+        }
+        anyhow::Ok((status, list))
+    })?;
+    report("GetStatus round trip (live check of 3 helpers)", &stats(status), Duration::from_millis(2));
+    report("ListHelpers round trip", &stats(list), Duration::from_millis(2));
+
+    // The floor any command-line client pays: fork and exec of a binary that does nothing.
+    let mut floor = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        Command::new("/bin/true").status()?;
+        floor.push(t.elapsed());
+    }
+    report("exec of /bin/true (the floor for any CLI)", &stats(floor), Duration::from_millis(2));
+
+    let ccctl = sibling("ccctl")?;
+    let mut process = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        let out = Command::new(&ccctl).arg("--socket").arg(&socket).arg("status").output()?;
+        if !out.status.success() {
+            bail!("ccctl status failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        process.push(t.elapsed());
+    }
+    report("`ccctl status` whole process (exec + connect)", &stats(process), Duration::from_millis(2));
+    Ok(())
+}
