@@ -22,6 +22,8 @@ pub enum ConnectError {
     PermissionDenied { path: PathBuf },
     #[error("cannot connect to {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error("{path} is served by pid {found:?}, not by the expected process (pid {expected}): refusing to talk to it")]
+    WrongPeer { path: PathBuf, expected: u32, found: Option<i32> },
     #[error("cannot open a gRPC channel on {path}: {source}")]
     Transport { path: PathBuf, source: tonic::transport::Error },
 }
@@ -31,6 +33,22 @@ pub enum ConnectError {
 /// The first connection is made here, so that "nobody is listening" is told apart
 /// from every other failure; the channel reconnects to the same path if needed.
 pub async fn connect(path: &Path) -> Result<Channel, ConnectError> {
+    connect_checked(path, None).await
+}
+
+/// Like [`connect`], but every connection (the first and each reconnect) must be served
+/// by the process `expected_pid`, read from `SO_PEERCRED`: a secret is never presented
+/// to whoever managed to bind the path.
+pub async fn connect_checked(path: &Path, expected_pid: Option<u32>) -> Result<Channel, ConnectError> {
+    let check = move |stream: &UnixStream, path: &Path| -> Result<(), ConnectError> {
+        let Some(expected) = expected_pid else { return Ok(()) };
+        let found = stream.peer_cred().ok().and_then(|c| c.pid());
+        if found == Some(expected as i32) {
+            Ok(())
+        } else {
+            Err(ConnectError::WrongPeer { path: path.to_owned(), expected, found })
+        }
+    };
     let first = UnixStream::connect(path).await.map_err(|source| match source.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
             ConnectError::NotListening { path: path.to_owned() }
@@ -38,6 +56,7 @@ pub async fn connect(path: &Path) -> Result<Channel, ConnectError> {
         io::ErrorKind::PermissionDenied => ConnectError::PermissionDenied { path: path.to_owned() },
         _ => ConnectError::Io { path: path.to_owned(), source },
     })?;
+    check(&first, path)?;
     let first = Arc::new(Mutex::new(Some(first)));
     let socket = path.to_owned();
     // The URI is required by the HTTP/2 layer and otherwise unused.
@@ -48,7 +67,12 @@ pub async fn connect(path: &Path) -> Result<Channel, ConnectError> {
             async move {
                 let stream = match first {
                     Some(stream) => stream,
-                    None => UnixStream::connect(&socket).await?,
+                    None => {
+                        let stream = UnixStream::connect(&socket).await?;
+                        check(&stream, &socket)
+                            .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
+                        stream
+                    }
                 };
                 Ok::<_, io::Error>(TokioIo::new(stream))
             }

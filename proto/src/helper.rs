@@ -1,13 +1,15 @@
 //! The start-up sequence every helper process runs, in order:
 //!
-//! 1. read the bootstrap message on stdin (never argv or env);
-//! 2. die with the supervisor (`PR_SET_PDEATHSIG`), and refuse to run under anyone else;
-//! 3. harden (non-dumpable; capabilities dropped except for sandboxd);
-//! 4. bind the socket the bootstrap names, 0600 in a 0700 directory;
-//! 5. serve grpc.health.v1 plus the helper's own service, every RPC authorized by
+//! 1. become non-dumpable, then say [`HELLO_LINE`]: the supervisor writes the bootstrap
+//!    only after that, so no same-uid process can read it out of a dumpable process;
+//! 2. read the bootstrap message on stdin (never argv or env);
+//! 3. die with the supervisor (`PR_SET_PDEATHSIG`), and refuse to run under anyone else;
+//! 4. harden (capabilities dropped and `no_new_privs`, except for sandboxd);
+//! 5. bind the socket the bootstrap names, 0600 in a 0700 directory;
+//! 6. serve grpc.health.v1 plus the helper's own service, every RPC authorized by
 //!    peer uid and peer secret;
-//! 6. tell the supervisor it is serving by writing [`READY_LINE`] on stdout;
-//! 7. on SIGTERM or SIGINT, stop serving, remove the socket, exit 0.
+//! 7. tell the supervisor it is serving by writing [`READY_LINE`] on stdout;
+//! 8. on SIGTERM or SIGINT, stop serving, remove the socket, exit 0.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,6 +25,8 @@ use crate::common::v1::HelperStatus;
 use crate::hardening::{self, CapabilityPolicy};
 use crate::{logging, socket};
 
+/// What a helper writes on stdout once it is non-dumpable and waits for its bootstrap.
+pub const HELLO_LINE: &str = "HELLO";
 /// What a helper writes on stdout once its socket serves.
 pub const READY_LINE: &str = "READY";
 
@@ -79,6 +83,12 @@ where
         eprintln!("cc-{}: {message}", spec.name);
         ExitCode::from(2)
     };
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        return fail(format!("cannot make the process non-dumpable: {e}"));
+    }
+    if let Err(e) = announce(HELLO_LINE) {
+        return fail(format!("cannot greet the supervisor: {e}"));
+    }
     let bootstrap = match Bootstrap::read_from(std::io::stdin().lock(), spec.name) {
         Ok(b) => b,
         Err(e) => return fail(e.to_string()),
@@ -130,39 +140,50 @@ where
     }
     let listener = socket::bind_private(&bootstrap.socket).map_err(|e| e.to_string())?;
 
+    // Before READY: a SIGTERM from then on is a clean stop, never the default action.
+    let shutdown = Shutdown::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<S>().await;
     let guard = PeerGuard::owner_or_root().requiring_secrets(bootstrap.peers.clone());
     let routes = Routes::new(health).add_service(service);
 
-    announce_ready().map_err(|e| format!("cannot tell the supervisor we are ready: {e}"))?;
+    announce(READY_LINE).map_err(|e| format!("cannot tell the supervisor we are ready: {e}"))?;
     tracing::info!(helper = %bootstrap.name, socket = %bootstrap.socket.display(), "serving");
 
     let result = Server::builder()
         .layer(InterceptorLayer::new(guard))
         .add_routes(routes)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown.wait())
         .await;
     socket::remove_socket(&bootstrap.socket);
     tracing::info!(helper = %bootstrap.name, "stopped");
     result.map_err(|e| format!("serving {} failed: {e}", bootstrap.socket.display()))
 }
 
-fn announce_ready() -> std::io::Result<()> {
+fn announce(line: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{READY_LINE}")?;
+    writeln!(stdout, "{line}")?;
     stdout.flush()
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        // Without signal handlers we could never stop cleanly; the default action still ends us.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, caught from the moment this is installed.
+pub struct Shutdown {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    /// Must be called inside the runtime, before anything that a signal should stop cleanly.
+    pub fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    /// Resolves on the first SIGTERM or SIGINT.
+    pub async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }

@@ -17,6 +17,8 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
+use crate::convert;
 use crate::events::EventLog;
 use crate::helpers::{Helper, HelperError, HelperSet, SUPERVISOR_PEER, Snapshot};
 use crate::probe::{Backend, ProbeResult};
@@ -30,6 +32,7 @@ pub struct SupervisorApi {
     probe: ProbeResult,
     helpers: Arc<HelperSet>,
     events: Arc<EventLog>,
+    conversations: Arc<Conversations>,
     /// One channel per helper process (keyed by pid), so that a status check costs one
     /// round trip rather than a connection and an HTTP/2 handshake.
     channels: Mutex<HashMap<&'static str, (u32, Channel)>>,
@@ -42,8 +45,21 @@ impl SupervisorApi {
         probe: ProbeResult,
         helpers: Arc<HelperSet>,
         events: Arc<EventLog>,
+        conversations: Arc<Conversations>,
     ) -> Self {
-        Self { started_unix_ms, data_dir, probe, helpers, events, channels: Mutex::default() }
+        Self { started_unix_ms, data_dir, probe, helpers, events, conversations, channels: Mutex::default() }
+    }
+
+    /// Runs blocking registry or filesystem work off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Conversations) -> Result<T, ConversationError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let conversations = self.conversations.clone();
+        match tokio::task::spawn_blocking(move || work(&conversations)).await {
+            Ok(result) => result.map_err(Status::from),
+            Err(e) => Err(Status::internal(format!("the request's worker failed: {e}"))),
+        }
     }
 
     async fn channel_to(&self, helper: &Helper, pid: u32) -> Result<Channel, String> {
@@ -52,7 +68,7 @@ impl SupervisorApi {
         {
             return Ok(channel);
         }
-        let channel = client::connect(helper.socket()).await.map_err(|e| e.to_string())?;
+        let channel = client::connect_checked(helper.socket(), Some(pid)).await.map_err(|e| e.to_string())?;
         if let Ok(mut cache) = self.channels.lock() {
             cache.insert(helper.name(), (pid, channel.clone()));
         }
@@ -62,7 +78,7 @@ impl SupervisorApi {
     /// Asks the helper itself, over its socket and with its secret, who it is.
     async fn check_helper(&self, helper: &Helper, pid: u32) -> Result<HelperStatus, String> {
         let channel = self.channel_to(helper, pid).await?;
-        let auth = PresentSecret::new(SUPERVISOR_PEER, helper.secret());
+        let auth = PresentSecret::new(SUPERVISOR_PEER, &helper.secret());
         let request = HelperStatusRequest {};
         let call = async {
             let svc = |c: Channel| InterceptedService::new(c, auth.clone());
@@ -179,5 +195,109 @@ impl Supervisor for SupervisorApi {
         let events = self.events.clone();
         tokio::spawn(async move { events.stream(since, follow, tx).await });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn create_workspace(
+        &self,
+        request: Request<pb::CreateWorkspaceRequest>,
+    ) -> Result<Response<pb::Workspace>, Status> {
+        let name = request.into_inner().name;
+        let workspace = self.blocking(move |c| c.create_workspace(&name)).await?;
+        Ok(Response::new(convert::workspace(workspace)))
+    }
+
+    async fn list_workspaces(
+        &self,
+        _request: Request<pb::ListWorkspacesRequest>,
+    ) -> Result<Response<pb::ListWorkspacesResponse>, Status> {
+        let workspaces = self.blocking(|c| c.workspaces()).await?;
+        Ok(Response::new(pb::ListWorkspacesResponse {
+            workspaces: workspaces.into_iter().map(convert::workspace).collect(),
+        }))
+    }
+
+    async fn add_repo(&self, request: Request<pb::AddRepoRequest>) -> Result<Response<pb::Repo>, Status> {
+        let pb::AddRepoRequest { workspace, path, name } = request.into_inner();
+        let path = convert::bytes_path(&path)?;
+        let workspace = convert::workspace_or_default(&workspace).to_owned();
+        let name = (!name.is_empty()).then_some(name);
+        let repo = self.blocking(move |c| c.add_repo(&workspace, &path, name.as_deref())).await?;
+        Ok(Response::new(convert::repo(repo)))
+    }
+
+    async fn list_repos(
+        &self,
+        request: Request<pb::ListReposRequest>,
+    ) -> Result<Response<pb::ListReposResponse>, Status> {
+        let workspace = convert::workspace_or_default(&request.into_inner().workspace).to_owned();
+        let repos = self.blocking(move |c| c.repos(&workspace)).await?;
+        Ok(Response::new(pb::ListReposResponse { repos: repos.into_iter().map(convert::repo).collect() }))
+    }
+
+    async fn remove_repo(
+        &self,
+        request: Request<pb::RemoveRepoRequest>,
+    ) -> Result<Response<pb::RemoveRepoResponse>, Status> {
+        let pb::RemoveRepoRequest { workspace, name } = request.into_inner();
+        let workspace = convert::workspace_or_default(&workspace).to_owned();
+        self.blocking(move |c| c.remove_repo(&workspace, &name)).await?;
+        Ok(Response::new(pb::RemoveRepoResponse {}))
+    }
+
+    type NewConversationStream = ReceiverStream<Result<pb::ProvisionUpdate, Status>>;
+
+    async fn new_conversation(
+        &self,
+        request: Request<pb::NewConversationRequest>,
+    ) -> Result<Response<Self::NewConversationStream>, Status> {
+        let pb::NewConversationRequest { workspace, repos, backend } = request.into_inner();
+        let backend = convert::backend(backend)?;
+        let workspace = convert::workspace_or_default(&workspace).to_owned();
+        let (tx, rx) = mpsc::channel(64);
+        let conversations = self.conversations.clone();
+        // Provisioning runs to its end even if the client goes away: a conversation is
+        // made whole or not at all, and `conversation list` shows it.
+        tokio::task::spawn_blocking(move || {
+            let send = |update: pb::provision_update::Update| {
+                let _ = tx.blocking_send(Ok(pb::ProvisionUpdate { update: Some(update) }));
+            };
+            let progress = |event: ProvisionEvent| {
+                use pb::provision_update::Update;
+                send(match event {
+                    ProvisionEvent::Planned { repo, files } => Update::Planned(pb::ProvisionPlanned { repo, files }),
+                    ProvisionEvent::Progress { repo, files_done, files_total } => {
+                        Update::Progress(pb::ProvisionProgress { repo, files_done, files_total })
+                    }
+                    ProvisionEvent::Warning(text) => Update::Warning(text),
+                })
+            };
+            match conversations.create(&workspace, &repos, backend, &progress) {
+                Ok(record) => send(pb::provision_update::Update::Done(convert::conversation(record))),
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(Status::from(e)));
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn list_conversations(
+        &self,
+        request: Request<pb::ListConversationsRequest>,
+    ) -> Result<Response<pb::ListConversationsResponse>, Status> {
+        let workspace = request.into_inner().workspace;
+        let list = self.blocking(move |c| c.list((!workspace.is_empty()).then_some(workspace.as_str()))).await?;
+        Ok(Response::new(pb::ListConversationsResponse {
+            conversations: list.into_iter().map(convert::conversation).collect(),
+        }))
+    }
+
+    async fn remove_conversation(
+        &self,
+        request: Request<pb::RemoveConversationRequest>,
+    ) -> Result<Response<pb::Conversation>, Status> {
+        let id = request.into_inner().id;
+        let removed = self.blocking(move |c| c.remove(&id)).await?;
+        Ok(Response::new(convert::conversation(removed)))
     }
 }

@@ -102,6 +102,20 @@ pub struct SandboxConfig {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        // The file names programs we run: only we (or root) may be able to change it.
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let us = nix::unistd::geteuid().as_raw();
+        if (meta.uid() != us && meta.uid() != 0) || meta.mode() & 0o022 != 0 {
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                message: format!(
+                    "it is owned by uid {} with mode {:o}: it must be ours or root's and writable by no one else",
+                    meta.uid(),
+                    meta.mode() & 0o777
+                ),
+            });
+        }
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
@@ -119,6 +133,9 @@ impl Config {
         }
         if r.ready_timeout_ms == 0 || r.stop_timeout_ms == 0 {
             return Err("[restart]: ready_timeout_ms and stop_timeout_ms must be positive".into());
+        }
+        if r.healthy_after_ms <= r.ready_timeout_ms {
+            return Err("[restart]: healthy_after_ms must be longer than ready_timeout_ms, or no helper would ever be reported failed".into());
         }
         Ok(config)
     }

@@ -20,6 +20,7 @@ use tonic::transport::Server;
 
 use crate::api::SupervisorApi;
 use crate::config::{Config, ConfigError};
+use crate::conversations::Conversations;
 use crate::events::EventLog;
 use crate::helpers::{HELPER_NAMES, HelperLaunch, HelperSet, SuperviseEnv};
 use crate::lock::{DataDirLock, LockError};
@@ -30,6 +31,17 @@ use crate::store::{Store, StoreError};
 
 /// How long open client streams may delay shutdown.
 const API_DRAIN: Duration = Duration::from_secs(1);
+/// How long stopping every helper may take; with the drain, under the 5 s promise.
+const HELPERS_STOP: Duration = Duration::from_millis(3_500);
+
+/// Removes the API socket however `run` ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        socket::remove_socket(&self.0);
+    }
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct DaemonOptions {
@@ -81,10 +93,19 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
 
     // 3. State.
     let store = Arc::new(Store::open(&data.state_db())?);
-    let events = Arc::new(EventLog::new(store));
+    let events = Arc::new(EventLog::new(store.clone()));
+    let conversations = Arc::new(Conversations::new(data.clone(), store, events.clone()));
+    for id in conversations.sweep_unfinished() {
+        tracing::warn!(conversation = id, "removed a conversation whose provisioning never finished");
+    }
+    let attachments = data.attachments_dir("default");
+    std::fs::create_dir_all(&attachments).map_err(|source| DataDirError::Unusable { path: attachments, source })?;
 
     // 4. The sandbox probe, said on the startup line.
-    let probe = probe::probe(options.sandbox, config.sandbox.bwrap.as_deref());
+    let (choice, bwrap) = (options.sandbox, config.sandbox.bwrap.clone());
+    let probe = tokio::task::spawn_blocking(move || probe::probe(choice, bwrap.as_deref()))
+        .await
+        .map_err(|e| StartError::NativeUnavailable(format!("the probe failed: {e}")))?;
     if options.sandbox == SandboxChoice::Native && probe.backend != Backend::Native {
         return Err(StartError::NativeUnavailable(probe.line()));
     }
@@ -94,6 +115,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     socket::prepare_private_dir(&data.sock_dir())?;
     let api_socket = data.api_socket();
     let listener = socket::bind_private(&api_socket)?;
+    let _remove_api_socket = RemoveOnDrop(api_socket.clone());
     events.record(
         "supervisor_started",
         "supervisor",
@@ -135,6 +157,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         probe,
         helpers.clone(),
         events.clone(),
+        conversations,
     );
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<SupervisorServer<SupervisorApi>>().await;
@@ -180,8 +203,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     if served.is_none() && tokio::time::timeout(API_DRAIN, &mut server).await.is_err() {
         server.abort();
     }
-    helpers.stop_all().await;
-    socket::remove_socket(&api_socket);
+    helpers.stop_all(HELPERS_STOP).await;
     events.record("supervisor_stopped", "supervisor", json!({ "pid": std::process::id() }));
     match served {
         Some(Ok(Err(e))) => Err(e.into()),

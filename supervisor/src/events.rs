@@ -17,17 +17,21 @@ const PAGE: usize = 512;
 pub struct EventLog {
     store: Arc<Store>,
     live: broadcast::Sender<Event>,
+    /// Held across insert and broadcast, so that followers see ids in order: a
+    /// follower skips ids it has passed, and out-of-order sends would lose events.
+    order: std::sync::Mutex<()>,
 }
 
 impl EventLog {
     pub fn new(store: Arc<Store>) -> Self {
         let (live, _) = broadcast::channel(1024);
-        Self { store, live }
+        Self { store, live, order: std::sync::Mutex::new(()) }
     }
 
     /// Records an event. A failure to store is logged, not fatal: the supervisor's job
     /// is to keep the helpers running, and the log line carries the event.
     pub fn record(&self, kind: &str, subject: &str, payload: serde_json::Value) {
+        let _ordered = self.order.lock().unwrap_or_else(|p| p.into_inner());
         match self.store.append_event(unix_ms(SystemTime::now()), kind, subject, &payload) {
             Ok(event) => {
                 tracing::info!(event.kind = kind, event.subject = subject, event.payload = %event.payload_json, "event");
@@ -48,7 +52,12 @@ impl EventLog {
             return;
         }
         loop {
-            match live.recv().await {
+            // A follower that went away is noticed at once, not at the next event.
+            let received = tokio::select! {
+                received = live.recv() => received,
+                _ = out.closed() => return,
+            };
+            match received {
                 Ok(event) if event.id > last => {
                     last = event.id;
                     if out.send(Ok(event)).await.is_err() {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use cc_proto::bootstrap::Bootstrap;
-use cc_proto::helper::{READY_LINE, unix_ms};
+use cc_proto::helper::{HELLO_LINE, READY_LINE, unix_ms};
 use cc_proto::logging::LogFormat;
 use cc_proto::secret::PeerSecret;
 use cc_proto::supervisor::v1::HelperState;
@@ -95,7 +95,8 @@ pub struct SuperviseEnv {
 
 pub struct Helper {
     launch: HelperLaunch,
-    secret: PeerSecret,
+    /// New for every process: a secret learned from one process dies with it.
+    secret: Mutex<PeerSecret>,
     snapshot: Mutex<Snapshot>,
     control: mpsc::Sender<Control>,
     changed: watch::Sender<u64>,
@@ -108,9 +109,9 @@ impl Helper {
     pub fn socket(&self) -> &std::path::Path {
         &self.launch.socket
     }
-    /// The secret the supervisor presents on this helper's socket.
-    pub fn secret(&self) -> &PeerSecret {
-        &self.secret
+    /// The secret the supervisor presents on the current process's socket.
+    pub fn secret(&self) -> PeerSecret {
+        self.secret.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
@@ -145,7 +146,7 @@ impl HelperSet {
             let (control, control_rx) = mpsc::channel(8);
             let helper = Arc::new(Helper {
                 launch,
-                secret: PeerSecret::generate()?,
+                secret: Mutex::new(PeerSecret::generate()?),
                 snapshot: Mutex::new(Snapshot {
                     pid: None,
                     state: HelperState::Starting,
@@ -198,12 +199,19 @@ impl HelperSet {
         }
     }
 
-    /// Stops every helper, last started first, each within the stop timeout.
-    pub async fn stop_all(&self) {
+    /// Stops every helper, last started first, all within `within`. A helper still
+    /// running at the deadline is killed when its supervision task is dropped.
+    pub async fn stop_all(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
         for helper in self.helpers.iter().rev() {
             let (reply, done) = oneshot::channel();
-            if helper.control.send(Control::Stop(reply)).await.is_ok() {
-                let _ = done.await;
+            let stop = async {
+                if helper.control.send(Control::Stop(reply)).await.is_ok() {
+                    let _ = done.await;
+                }
+            };
+            if tokio::time::timeout_at(deadline, stop).await.is_err() {
+                tracing::warn!(helper = helper.name(), "not stopped within the shutdown deadline");
             }
         }
     }
@@ -234,9 +242,10 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
             s.state = HelperState::Starting;
             s.pid = None;
         });
-        let started = Instant::now();
+        let mut serving_since = None;
         let (pid, status, error) = match launch(&helper, &env).await {
             Ok(mut child) => {
+                let started = *serving_since.insert(Instant::now());
                 let pid = child.id().unwrap_or(0);
                 let restarts = helper.snapshot().restarts + u32::from(!matches!(reason, StartReason::First));
                 helper.update(|s| {
@@ -297,10 +306,11 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                 (failure.pid, failure.status, Some(failure.message))
             }
         };
-        record_exit(&helper, &env, pid.unwrap_or(0), status, started.elapsed(), error);
+        let ran_for = serving_since.map_or(Duration::ZERO, |t| t.elapsed());
+        record_exit(&helper, &env, pid.unwrap_or(0), status, ran_for, error);
         previous_pid = pid;
 
-        let request = match backoff.on_exit(started.elapsed()) {
+        let request = match backoff.on_exit(ran_for) {
             NextStart::After(delay) => {
                 helper.update(|s| s.state = HelperState::Backoff);
                 tokio::select! {
@@ -350,6 +360,8 @@ fn record_exit(
     error: Option<String>,
 ) {
     let exit = ExitRecord::from_status(status);
+    // A helper that died cannot remove its socket; a stale one would only mislead.
+    cc_proto::socket::remove_socket(&helper.launch.socket);
     helper.update(|s| {
         s.pid = None;
         s.last_exit = Some(exit);
@@ -376,12 +388,20 @@ struct LaunchFailure {
 /// Spawns the helper, hands it its bootstrap on stdin, and waits for its ready line.
 async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFailure> {
     let launch = &helper.launch;
+    let secret = PeerSecret::generate().map_err(|e| LaunchFailure {
+        pid: None,
+        status: None,
+        message: format!("cannot make a secret: {e}"),
+    })?;
+    if let Ok(mut current) = helper.secret.lock() {
+        *current = secret.clone();
+    }
     let bootstrap = Bootstrap {
         name: launch.name.to_owned(),
         socket: launch.socket.clone(),
         data_dir: env.data_dir.clone(),
         log_format: env.log_format,
-        peers: [(SUPERVISOR_PEER.to_owned(), helper.secret.clone())].into(),
+        peers: [(SUPERVISOR_PEER.to_owned(), secret)].into(),
         supervisor_pid: std::process::id(),
     };
     let mut command = Command::new(&launch.program);
@@ -405,21 +425,42 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFail
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(fail(child, pid, "no stdio pipes".into(), env).await);
     };
+    let mut lines = BufReader::new(stdout).lines();
     let handshake = async {
+        // The bootstrap (and its secret) is written only once the helper has said it
+        // is non-dumpable.
+        expect_line(&mut lines, HELLO_LINE).await?;
         // A helper that exits at once closes its stdin: the write fails, and the read
         // below then sees end-of-file, which is the error worth reporting.
         let _ = stdin.write_all(&bootstrap.to_json_line()).await;
         drop(stdin);
-        BufReader::new(stdout).lines().next_line().await
+        expect_line(&mut lines, READY_LINE).await
     };
     match tokio::time::timeout(env.policy.ready_timeout(), handshake).await {
-        Ok(Ok(Some(line))) if line == READY_LINE => Ok(child),
-        Ok(Ok(Some(line))) => {
-            Err(fail(child, pid, format!("said {:?} instead of {READY_LINE:?}", truncate(&line)), env).await)
+        Ok(Ok(())) => {
+            // Whatever it prints later goes to the log, and never meets a closed pipe.
+            let name = launch.name;
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(helper = name, stdout = %line, "helper output");
+                }
+            });
+            Ok(child)
         }
-        Ok(Ok(None)) => Err(fail(child, pid, "exited before serving its socket".into(), env).await),
-        Ok(Err(e)) => Err(fail(child, pid, format!("cannot read its ready line: {e}"), env).await),
+        Ok(Err(message)) => Err(fail(child, pid, message, env).await),
         Err(_) => Err(fail(child, pid, format!("not serving after {:?}", env.policy.ready_timeout()), env).await),
+    }
+}
+
+async fn expect_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    expected: &str,
+) -> Result<(), String> {
+    match lines.next_line().await {
+        Ok(Some(line)) if line == expected => Ok(()),
+        Ok(Some(line)) => Err(format!("said {:?} instead of {expected:?}", truncate(&line))),
+        Ok(None) => Err("exited before serving its socket".into()),
+        Err(e) => Err(format!("cannot read its {expected} line: {e}")),
     }
 }
 

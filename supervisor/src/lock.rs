@@ -35,6 +35,8 @@ impl DataDirLock {
             .create(true)
             .truncate(false)
             .mode(0o600)
+            // A symlink planted at the lock's path must not make us truncate its target.
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
             .open(lock_path)
             .map_err(|source| LockError::NotWritable { dir: dir.clone(), source })?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {

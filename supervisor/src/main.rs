@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use cc_proto::helper::Shutdown;
 use cc_proto::logging::{self, LogFormat};
 use cc_supervisor::daemon::{self, DaemonOptions};
 use cc_supervisor::probe::SandboxChoice;
@@ -52,7 +53,15 @@ fn main() -> ExitCode {
         log_format: args.log_format,
         helper_dir: args.helper_dir,
     };
-    match runtime.block_on(daemon::run(options, cc_proto::helper::shutdown_signal())) {
+    let result = runtime.block_on(async {
+        // Installed first: a SIGTERM at any point of start-up is a clean stop.
+        let shutdown = match Shutdown::install() {
+            Ok(s) => s,
+            Err(e) => return Err(format!("cannot install signal handlers: {e}")),
+        };
+        daemon::run(options, shutdown.wait()).await.map_err(|e| e.to_string())
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cc-supervisor: {e}");

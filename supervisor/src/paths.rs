@@ -11,6 +11,12 @@ pub enum DataDirError {
     Unusable { path: PathBuf, source: io::Error },
     #[error("{path} is not a directory; choose another with --data-dir")]
     NotADirectory { path: PathBuf },
+    #[error(
+        "data directory {path} is owned by uid {owner}, not by us (uid {us}): refusing to use it; choose another with --data-dir"
+    )]
+    NotOurs { path: PathBuf, owner: u32, us: u32 },
+    #[error("data directory {path} is not writable: {source}; choose another with --data-dir")]
+    NotWritable { path: PathBuf, source: io::Error },
 }
 
 /// The data directory and the well-known paths inside it.
@@ -32,8 +38,9 @@ impl DataDir {
         Ok(Self { root })
     }
 
-    /// Creates the directory (0700) when missing and checks that it is a directory.
-    /// Writability is proven by taking the lock file next.
+    /// Creates the directory (0700) when missing, and checks that it is a directory we
+    /// own that nobody else can write: its config names programs we run. A directory of
+    /// ours with looser modes is tightened to 0700. Writability is proven by the lock.
     pub fn prepare(&self) -> Result<(), DataDirError> {
         let unusable = |source| DataDirError::Unusable { path: self.root.clone(), source };
         if !self.root.exists() {
@@ -42,6 +49,14 @@ impl DataDir {
         let meta = std::fs::metadata(&self.root).map_err(unusable)?;
         if !meta.is_dir() {
             return Err(DataDirError::NotADirectory { path: self.root.clone() });
+        }
+        let us = nix::unistd::geteuid().as_raw();
+        if meta.uid() != us {
+            return Err(DataDirError::NotOurs { path: self.root.clone(), owner: meta.uid(), us });
+        }
+        if meta.mode() & 0o077 != 0 {
+            std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))
+                .map_err(|source| DataDirError::NotWritable { path: self.root.clone(), source })?;
         }
         Ok(())
     }
@@ -67,9 +82,20 @@ impl DataDir {
     pub fn helper_socket(&self, helper: &str) -> PathBuf {
         self.sock_dir().join(format!("{helper}.sock"))
     }
+    pub fn conversations_dir(&self) -> PathBuf {
+        self.root.join("conversations")
+    }
+    /// `conversations/<id>`; the id is one we generated.
+    pub fn conversation_dir(&self, id: &str) -> PathBuf {
+        self.conversations_dir().join(id)
+    }
+    /// `workspaces/<ws>/attachments`, read-only to agents.
+    pub fn attachments_dir(&self, workspace: &str) -> PathBuf {
+        self.root.join("workspaces").join(workspace).join("attachments")
+    }
 }
 
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 
 fn default_root() -> Option<PathBuf> {
     let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);

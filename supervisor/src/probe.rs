@@ -64,9 +64,11 @@ pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
         None => "bubblewrap (unknown version)".to_owned(),
     };
     // The smallest envelope that needs everything a real one needs: new user, pid,
-    // net, ipc and uts namespaces, mounts, and an exec inside.
+    // net, ipc and uts namespaces (a required user namespace, not --unshare-all's
+    // "try"), no capabilities, mounts, and an exec inside.
     let launch = Command::new(&bwrap)
-        .args(["--unshare-all", "--die-with-parent", "--new-session"])
+        .args(["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"])
+        .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"])
         .args(["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

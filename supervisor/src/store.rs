@@ -19,6 +19,37 @@ const MIGRATIONS: &[&str] = &[
         subject TEXT NOT NULL,
         payload TEXT NOT NULL CHECK (json_valid(payload))
     );",
+    // 2: workspaces, registered repositories, conversations. Paths are BLOBs: a path
+    // is bytes, and a checkout whose name is not UTF-8 is still a checkout.
+    "CREATE TABLE workspaces (
+        name TEXT PRIMARY KEY,
+        created_unix_ms INTEGER NOT NULL
+    );
+    INSERT INTO workspaces (name, created_unix_ms) VALUES ('default', 0);
+    CREATE TABLE repos (
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        name TEXT NOT NULL,
+        path BLOB NOT NULL,
+        resolved_path BLOB NOT NULL,
+        created_unix_ms INTEGER NOT NULL,
+        PRIMARY KEY (workspace, name),
+        UNIQUE (workspace, resolved_path)
+    );
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        backend TEXT NOT NULL,
+        created_unix_ms INTEGER NOT NULL
+    );
+    CREATE TABLE conversation_repos (
+        conversation TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        repo TEXT NOT NULL,
+        source_path BLOB NOT NULL,
+        source_resolved BLOB NOT NULL,
+        path BLOB NOT NULL,
+        branch TEXT,
+        PRIMARY KEY (conversation, repo)
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +60,8 @@ pub enum StoreError {
     TooNew { path: PathBuf, found: i64, known: usize },
     #[error("cannot migrate {path} to schema version {version}: {source}")]
     Migrate { path: PathBuf, version: usize, source: rusqlite::Error },
+    #[error("{path} is a symlink: refusing to open it")]
+    Symlink { path: PathBuf },
     #[error("state.db: {0}")]
     Sql(#[from] rusqlite::Error),
     #[error("state.db is unusable after an earlier failure (a thread panicked holding it)")]
@@ -42,15 +75,21 @@ pub struct Store {
 impl Store {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let open_err = |source| StoreError::Open { path: path.to_owned(), source };
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(StoreError::Symlink { path: path.to_owned() });
+        }
         let mut conn = Connection::open(path).map_err(open_err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
+        // FULL: an event broadcast to followers must survive a power loss, or its id
+        // would be handed out again.
+        conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
         migrate(&mut conn, path)?;
         Ok(Self { conn: Mutex::new(conn) })
     }
 
-    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
+    pub(crate) fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
         self.conn.lock().map_err(|_| StoreError::Poisoned)
     }
 

@@ -3,6 +3,8 @@
 //! `READY=1`), never from sleeping.
 #![forbid(unsafe_code)]
 
+pub mod fs;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -52,6 +54,8 @@ pub struct Options {
     /// TOML written to `$DATA/config.toml`.
     pub config: Option<String>,
     pub args: Vec<String>,
+    /// Run the supervisor as this uid (and gid); needs root.
+    pub uid: Option<u32>,
 }
 
 /// A supervisor running on a temporary data directory.
@@ -83,13 +87,21 @@ impl Supervisor {
     /// an `Err` with its stderr.
     pub fn try_start_on(data_dir: &Path, options: Options) -> Result<Self, String> {
         std::fs::create_dir_all(data_dir).expect("data dir");
+        if let Some(uid) = options.uid {
+            std::os::unix::fs::chown(data_dir, Some(uid), Some(uid)).expect("chown data dir");
+        }
         if let Some(config) = &options.config {
             std::fs::write(data_dir.join("config.toml"), config).expect("config");
         }
         let notify_path = data_dir.parent().unwrap_or(data_dir).join(format!("notify-{}.sock", unique()));
         let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
         notify.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        let mut child = Command::new(bin("cc-supervisor"))
+        let mut command = Command::new(bin("cc-supervisor"));
+        if let Some(uid) = options.uid {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(uid);
+        }
+        let mut child = command
             .arg("--data-dir")
             .arg(data_dir)
             .args(&options.args)

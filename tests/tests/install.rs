@@ -62,6 +62,8 @@ fn usage_errors_exit_non_zero() {
     ] {
         let out = ccctl(home.path(), args);
         assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.starts_with("ccctl: ") && err.lines().count() == 1, "{args:?}: {err}");
         assert_eq!(std::fs::read_dir(home.path()).unwrap().count(), 0);
     }
     for args in [&["--help"][..], &["status", "--help"], &["helpers", "restart", "--help"], &["install", "--help"]] {

@@ -1,6 +1,7 @@
 //! `ccctl`, the command-line client. Every command has `--help` and `--json`; every
 //! error is one line, `ccctl: …`, with a non-zero exit code.
 
+mod progress;
 mod render;
 
 use std::path::PathBuf;
@@ -58,6 +59,77 @@ enum Command {
     },
     /// Write the service unit for systemd or launchd
     Install(InstallArgs),
+    /// Workspaces group registered repositories ("default" always exists)
+    Workspace {
+        #[command(subcommand)]
+        action: WorkspaceAction,
+    },
+    /// Registered checkouts: the person's repositories, which agents never work in directly
+    Repo {
+        #[command(subcommand)]
+        action: RepoAction,
+    },
+    /// Conversations: copy-on-write copies of registered repositories for agents to work in
+    Conversation {
+        #[command(subcommand)]
+        action: ConversationAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum WorkspaceAction {
+    /// Create a workspace
+    New { name: String },
+    /// List workspaces
+    List,
+}
+
+#[derive(Subcommand)]
+enum RepoAction {
+    /// Register a checkout (its top level)
+    Add {
+        path: PathBuf,
+        /// [default: the checkout directory's name]
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
+    /// List registered checkouts
+    List {
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
+    /// Unregister a checkout (nothing on disk is touched)
+    Rm {
+        name: String,
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConversationAction {
+    /// Provision a conversation and print its id
+    New {
+        /// A registered repository (repeat for several)
+        #[arg(long = "repo", required = true)]
+        repos: Vec<String>,
+        /// reflink (default; refuses filesystems that cannot reflink), copy (full byte
+        /// copy), or git-worktree (shares the checkout's objects and refs)
+        #[arg(long, default_value = "reflink", value_parser = ["reflink", "copy", "git-worktree"])]
+        worktree_backend: String,
+        #[arg(long, default_value = "default")]
+        workspace: String,
+    },
+    /// List conversations
+    List {
+        /// Only this workspace [default: all]
+        #[arg(long)]
+        workspace: Option<String>,
+    },
+    /// Remove a conversation's copies (never the registered checkout)
+    Rm { id: String },
 }
 
 #[derive(Subcommand)]
@@ -88,7 +160,20 @@ struct InstallArgs {
 
 /// Runs ccctl with the process's arguments.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid usage").trim_start_matches("error: ");
+            eprintln!("ccctl: {} (see ccctl --help)", render::one_line(first));
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(anyhow!("cannot start the async runtime: {e}")),
@@ -106,7 +191,12 @@ fn fail(error: anyhow::Error) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let data = DataDir::locate(cli.data_dir.as_deref())?;
+    // With --socket, no data directory needs to be found (HOME may be unset).
+    let data = match (&cli.socket, &cli.data_dir) {
+        (Some(socket), None) => DataDir::locate(Some(socket.parent().and_then(|p| p.parent()).unwrap_or(socket)))?,
+        _ => DataDir::locate(cli.data_dir.as_deref())?,
+    };
+    let explicit_data_dir = cli.data_dir.is_some();
     let socket = cli.socket.clone().unwrap_or_else(|| data.api_socket());
     match cli.command {
         Command::Status { wait } => {
@@ -140,7 +230,80 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 render::event(&event.map_err(rpc_error)?, cli.json);
             }
         }
-        Command::Install(args) => install_unit(&args, &data, cli.json)?,
+        Command::Install(args) => install_unit(&args, &data, explicit_data_dir, cli.json)?,
+        Command::Workspace { action } => {
+            let mut client = connect(&socket, &data).await?;
+            match action {
+                WorkspaceAction::New { name } => {
+                    let w = client.create_workspace(pb::CreateWorkspaceRequest { name }).await.map_err(rpc_error)?;
+                    render::workspaces(&[w.into_inner()], cli.json);
+                }
+                WorkspaceAction::List => {
+                    let list = client.list_workspaces(pb::ListWorkspacesRequest {}).await.map_err(rpc_error)?;
+                    render::workspaces(&list.into_inner().workspaces, cli.json);
+                }
+            }
+        }
+        Command::Repo { action } => {
+            let mut client = connect(&socket, &data).await?;
+            match action {
+                RepoAction::Add { path, name, workspace } => {
+                    // The supervisor does not share our working directory.
+                    let path =
+                        std::path::absolute(&path).with_context(|| format!("cannot resolve {}", path.display()))?;
+                    let request = pb::AddRepoRequest {
+                        workspace,
+                        path: path.as_os_str().as_encoded_bytes().to_vec(),
+                        name: name.unwrap_or_default(),
+                    };
+                    let repo = client.add_repo(request).await.map_err(rpc_error)?;
+                    render::repos(&[repo.into_inner()], cli.json);
+                }
+                RepoAction::List { workspace } => {
+                    let list = client.list_repos(pb::ListReposRequest { workspace }).await.map_err(rpc_error)?;
+                    render::repos(&list.into_inner().repos, cli.json);
+                }
+                RepoAction::Rm { name, workspace } => {
+                    client
+                        .remove_repo(pb::RemoveRepoRequest { workspace, name: name.clone() })
+                        .await
+                        .map_err(rpc_error)?;
+                    render::done(&format!("unregistered {name}"), cli.json);
+                }
+            }
+        }
+        Command::Conversation { action } => {
+            let mut client = connect(&socket, &data).await?;
+            match action {
+                ConversationAction::New { repos, worktree_backend, workspace } => {
+                    let backend = match worktree_backend.as_str() {
+                        "copy" => pb::WorktreeBackend::Copy,
+                        "git-worktree" => pb::WorktreeBackend::GitWorktree,
+                        _ => pb::WorktreeBackend::Reflink,
+                    };
+                    let request = pb::NewConversationRequest { workspace, repos, backend: backend as i32 };
+                    let stream = client.new_conversation(request).await.map_err(rpc_error)?.into_inner();
+                    let conversation = progress::follow(stream).await?;
+                    render::created(&conversation, cli.json);
+                }
+                ConversationAction::List { workspace } => {
+                    let request = pb::ListConversationsRequest { workspace: workspace.unwrap_or_default() };
+                    let list = client.list_conversations(request).await.map_err(rpc_error)?;
+                    render::conversations(&list.into_inner().conversations, cli.json);
+                }
+                ConversationAction::Rm { id } => {
+                    let removed =
+                        client.remove_conversation(pb::RemoveConversationRequest { id }).await.map_err(rpc_error)?;
+                    let removed = removed.into_inner();
+                    let kept = if removed.backend == "git-worktree" {
+                        " (its cc/ branch is kept in the registered repository)"
+                    } else {
+                        ""
+                    };
+                    render::done(&format!("removed conversation {}{kept}", removed.id), cli.json);
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -177,7 +340,7 @@ async fn wait_for_serving(
 }
 
 /// A status from the supervisor, as one line.
-fn rpc_error(status: tonic::Status) -> anyhow::Error {
+pub(crate) fn rpc_error(status: tonic::Status) -> anyhow::Error {
     match status.code() {
         tonic::Code::Unavailable if status.message().contains("transport") || status.message().is_empty() => {
             anyhow!("the supervisor closed the connection ({})", status.message())
@@ -186,7 +349,7 @@ fn rpc_error(status: tonic::Status) -> anyhow::Error {
     }
 }
 
-fn install_unit(args: &InstallArgs, data: &DataDir, json: bool) -> anyhow::Result<()> {
+fn install_unit(args: &InstallArgs, data: &DataDir, explicit_data_dir: bool, json: bool) -> anyhow::Result<()> {
     let target = match (args.systemd, args.user) {
         (true, false) => Target::SystemdSystem,
         (true, true) => Target::SystemdUser,
@@ -198,7 +361,8 @@ fn install_unit(args: &InstallArgs, data: &DataDir, json: bool) -> anyhow::Resul
         return Err(install::InstallError::MissingSupervisor(supervisor).into());
     }
     let data_dir = match target {
-        Target::SystemdSystem => PathBuf::from("/var/lib/control-center"),
+        Target::SystemdSystem if !explicit_data_dir => PathBuf::from("/var/lib/control-center"),
+        Target::SystemdSystem => data.root().to_owned(),
         Target::SystemdUser | Target::Launchd => data.root().to_owned(),
     };
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);

@@ -203,6 +203,96 @@ pub fn installed(unit: &Unit, dry_run: bool, json: bool) {
     }
 }
 
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn workspaces(list: &[pb::Workspace], json: bool) {
+    if json {
+        let items: Vec<Value> =
+            list.iter().map(|w| json!({ "name": w.name, "created": time(w.created_unix_ms) })).collect();
+        return print_json(&Value::Array(items));
+    }
+    print(&list.iter().map(|w| format!("{}\n", w.name)).collect::<String>());
+}
+
+pub fn repos(list: &[pb::Repo], json: bool) {
+    if json {
+        let items: Vec<Value> = list
+            .iter()
+            .map(|r| {
+                json!({
+                    "workspace": r.workspace,
+                    "name": r.name,
+                    "path": lossy(&r.path),
+                    "resolved_path": lossy(&r.resolved_path),
+                    "created": time(r.created_unix_ms),
+                })
+            })
+            .collect();
+        return print_json(&Value::Array(items));
+    }
+    let mut out = String::new();
+    for r in list {
+        let resolved = if r.resolved_path == r.path {
+            String::new()
+        } else {
+            format!(" -> {}", one_line(&lossy(&r.resolved_path)))
+        };
+        out.push_str(&format!("{:<24} {}{resolved}\n", r.name, one_line(&lossy(&r.path))));
+    }
+    print(&out);
+}
+
+fn conversation_json(c: &pb::Conversation) -> Value {
+    json!({
+        "id": c.id,
+        "workspace": c.workspace,
+        "backend": c.backend,
+        "created": time(c.created_unix_ms),
+        "repos": c.repos.iter().map(|r| json!({
+            "name": r.name,
+            "source": lossy(&r.source_path),
+            "path": lossy(&r.path),
+            "branch": (!r.branch.is_empty()).then(|| r.branch.clone()),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The id alone on stdout in text mode, so that `id=$(ccctl conversation new …)` works.
+pub fn created(c: &pb::Conversation, json: bool) {
+    if json {
+        return print_json(&conversation_json(c));
+    }
+    print(&format!("{}\n", c.id));
+}
+
+pub fn conversations(list: &[pb::Conversation], json: bool) {
+    if json {
+        return print_json(&Value::Array(list.iter().map(conversation_json).collect()));
+    }
+    let mut out = format!("{:<20}{:<12}{:<14}{:<26}{}\n", "ID", "WORKSPACE", "BACKEND", "CREATED", "REPOS");
+    for c in list {
+        let repos: Vec<&str> = c.repos.iter().map(|r| r.name.as_str()).collect();
+        out.push_str(&format!(
+            "{:<20}{:<12}{:<14}{:<26}{}\n",
+            c.id,
+            c.workspace,
+            c.backend,
+            time(c.created_unix_ms),
+            repos.join(",")
+        ));
+    }
+    print(&out);
+}
+
+pub fn done(message: &str, json: bool) {
+    if json {
+        return print_json(&json!({ "ok": true, "message": message }));
+    }
+    print(&format!("{message}\n"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

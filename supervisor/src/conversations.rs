@@ -1,0 +1,383 @@
+//! Registering checkouts and provisioning conversations (DESIGN.md §3, §4).
+//!
+//! A conversation is made whole or not at all: its directory is filled first, with a
+//! manifest saying what is being made, and its row is written only once every
+//! repository is in place. A failure removes what was made; a supervisor that died
+//! half-way leaves a directory with a manifest and no row, which the next start sweeps.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use cc_proto::helper::unix_ms;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::events::EventLog;
+use crate::names;
+use crate::paths::DataDir;
+use crate::registry::{ConversationRecord, ConversationRepo, RegistryError, RepoRecord, Workspace};
+use crate::store::Store;
+use crate::worktree::{self, Backend, CloneMode, TreeEvent, WorktreeError};
+
+/// Written first into a conversation directory, removed once the row exists.
+const MANIFEST: &str = ".provisioning.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("{0}")]
+    InvalidPath(String),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("cannot provision repository {repo}: {source}")]
+    Provision { repo: String, source: WorktreeError },
+    #[error("cannot {action} {path}: {source}")]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("a conversation needs at least one --repo")]
+    NoRepos,
+}
+
+fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ConversationError + 'a {
+    move |source| ConversationError::Io { action, path: path.to_owned(), source }
+}
+
+/// What provisioning reports while it works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProvisionEvent {
+    Planned { repo: String, files: u64 },
+    Progress { repo: String, files_done: u64, files_total: u64 },
+    Warning(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Manifest {
+    backend: String,
+    /// (repo name, resolved checkout) — enough to undo a git worktree.
+    repos: Vec<(String, PathBuf)>,
+}
+
+/// The agent's private directories inside a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentDirs {
+    pub work: PathBuf,
+    pub config: PathBuf,
+}
+
+pub struct Conversations {
+    data: DataDir,
+    store: Arc<Store>,
+    events: Arc<EventLog>,
+}
+
+impl Conversations {
+    pub fn new(data: DataDir, store: Arc<Store>, events: Arc<EventLog>) -> Self {
+        Self { data, store, events }
+    }
+
+    pub fn create_workspace(&self, name: &str) -> Result<Workspace, ConversationError> {
+        names::check("workspace", name).map_err(ConversationError::InvalidName)?;
+        let attachments = self.data.attachments_dir(name);
+        let workspace = self.store.create_workspace(name, now())?;
+        fs::create_dir_all(&attachments).map_err(io_err("create", &attachments))?;
+        self.events.record("workspace_created", &format!("workspace:{name}"), json!({}));
+        Ok(workspace)
+    }
+
+    pub fn workspaces(&self) -> Result<Vec<Workspace>, ConversationError> {
+        Ok(self.store.workspaces()?)
+    }
+
+    /// Registers a checkout. `path` must be absolute (the client resolves its own
+    /// working directory); it is recorded as given and with every symlink resolved.
+    pub fn add_repo(&self, workspace: &str, path: &Path, name: Option<&str>) -> Result<RepoRecord, ConversationError> {
+        self.store.require_workspace(workspace)?;
+        if !path.is_absolute() {
+            return Err(ConversationError::InvalidPath(format!("{} is not an absolute path", path.display())));
+        }
+        let literal = std::path::absolute(path).map_err(io_err("resolve", path))?;
+        let resolved = fs::canonicalize(&literal).map_err(io_err("resolve", &literal))?;
+        if !resolved.is_dir() {
+            return Err(ConversationError::InvalidPath(format!("{} is not a directory", literal.display())));
+        }
+        match git2::Repository::open(&resolved) {
+            Ok(repo) if repo.is_bare() => {
+                return Err(ConversationError::InvalidPath(format!(
+                    "{} is a bare repository: register a checkout",
+                    literal.display()
+                )));
+            }
+            Ok(repo) if repo.workdir().and_then(|w| fs::canonicalize(w).ok()).as_deref() != Some(&resolved) => {
+                return Err(ConversationError::InvalidPath(format!(
+                    "{} is inside a git checkout but not its top level: register the top level",
+                    literal.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(ConversationError::InvalidPath(format!("{} is not a git checkout", literal.display())));
+            }
+        }
+        let data_root = fs::canonicalize(self.data.root()).map_err(io_err("resolve", self.data.root()))?;
+        if data_root.starts_with(&resolved) {
+            return Err(ConversationError::InvalidPath(format!(
+                "the data dir {} is inside {}: a copy would contain itself; move the data dir out",
+                data_root.display(),
+                literal.display()
+            )));
+        }
+        if resolved.starts_with(&data_root) {
+            return Err(ConversationError::InvalidPath(format!(
+                "{} is inside the data dir: register the person's checkout, not a copy",
+                literal.display()
+            )));
+        }
+        let name = match name {
+            Some(n) => n.to_owned(),
+            None => resolved.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
+        names::check("repository", &name).map_err(ConversationError::InvalidName)?;
+        let record = RepoRecord {
+            workspace: workspace.to_owned(),
+            name,
+            path: literal,
+            resolved_path: resolved,
+            created_unix_ms: now(),
+        };
+        self.store.add_repo(&record)?;
+        self.events.record(
+            "repo_added",
+            &format!("repo:{workspace}/{}", record.name),
+            json!({ "path": record.path.to_string_lossy(), "resolved": record.resolved_path.to_string_lossy() }),
+        );
+        Ok(record)
+    }
+
+    pub fn repos(&self, workspace: &str) -> Result<Vec<RepoRecord>, ConversationError> {
+        self.store.require_workspace(workspace)?;
+        Ok(self.store.repos(workspace)?)
+    }
+
+    /// Unregisters a checkout. Nothing on disk is touched, and existing conversations
+    /// keep their copies (and keep it in their write-deny set).
+    pub fn remove_repo(&self, workspace: &str, name: &str) -> Result<(), ConversationError> {
+        self.store.remove_repo(workspace, name)?;
+        self.events.record("repo_removed", &format!("repo:{workspace}/{name}"), json!({}));
+        Ok(())
+    }
+
+    /// Provisions a new conversation with a copy of each named repository.
+    pub fn create(
+        &self,
+        workspace: &str,
+        repo_names: &[String],
+        backend: Backend,
+        progress: &(dyn Fn(ProvisionEvent) + Sync),
+    ) -> Result<ConversationRecord, ConversationError> {
+        self.store.require_workspace(workspace)?;
+        if repo_names.is_empty() {
+            return Err(ConversationError::NoRepos);
+        }
+        let registered = self.store.repos(workspace)?;
+        let mut repos: Vec<&RepoRecord> = Vec::new();
+        for name in repo_names {
+            let repo = registered
+                .iter()
+                .find(|r| &r.name == name)
+                .ok_or_else(|| RegistryError::NotFound { kind: "repository", name: name.chars().take(64).collect() })?;
+            if !repos.iter().any(|r| r.name == repo.name) {
+                repos.push(repo);
+            }
+        }
+        if backend == Backend::GitWorktree {
+            progress(ProvisionEvent::Warning(worktree::GIT_WORKTREE_WARNING.into()));
+        }
+
+        let id = new_id().map_err(|e| ConversationError::InvalidName(e.to_string()))?;
+        let conversations = self.data.conversations_dir();
+        fs::create_dir_all(&conversations).map_err(io_err("create", &conversations))?;
+        let dir = self.data.conversation_dir(&id);
+        let repos_dir = dir.join("repos");
+        fs::create_dir(&dir).map_err(io_err("create", &dir))?;
+        let result = self.fill(&id, &dir, &repos_dir, &repos, backend, progress);
+        let record = match result {
+            Ok(repos) => ConversationRecord {
+                id: id.clone(),
+                workspace: workspace.to_owned(),
+                backend: backend.as_str().to_owned(),
+                created_unix_ms: now(),
+                repos,
+            },
+            Err(e) => {
+                undo(&dir, &id, backend, repos.iter().map(|r| (r.name.clone(), r.resolved_path.clone())));
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.store.insert_conversation(&record) {
+            undo(&dir, &id, backend, repos.iter().map(|r| (r.name.clone(), r.resolved_path.clone())));
+            return Err(e.into());
+        }
+        let _ = fs::remove_file(dir.join(MANIFEST));
+        self.events.record(
+            "conversation_created",
+            &format!("conversation:{id}"),
+            json!({ "workspace": workspace, "backend": backend.as_str(), "repos": repo_names }),
+        );
+        Ok(record)
+    }
+
+    fn fill(
+        &self,
+        id: &str,
+        dir: &Path,
+        repos_dir: &Path,
+        repos: &[&RepoRecord],
+        backend: Backend,
+        progress: &(dyn Fn(ProvisionEvent) + Sync),
+    ) -> Result<Vec<ConversationRepo>, ConversationError> {
+        let manifest = Manifest {
+            backend: backend.as_str().to_owned(),
+            repos: repos.iter().map(|r| (r.name.clone(), r.resolved_path.clone())).collect(),
+        };
+        let manifest_path = dir.join(MANIFEST);
+        fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap_or_default())
+            .map_err(io_err("write", &manifest_path))?;
+        fs::create_dir(repos_dir).map_err(io_err("create", repos_dir))?;
+
+        // Every check before any copy: a refusal leaves nothing behind.
+        if backend == Backend::Reflink {
+            for repo in repos {
+                worktree::check_reflink(&repo.resolved_path, repos_dir)
+                    .map_err(|source| ConversationError::Provision { repo: repo.name.clone(), source })?;
+            }
+        }
+        let mut made = Vec::with_capacity(repos.len());
+        for repo in repos {
+            let target = repos_dir.join(&repo.name);
+            let provision_err = |source| ConversationError::Provision { repo: repo.name.clone(), source };
+            let on_tree = |event: TreeEvent| match event {
+                TreeEvent::Planned { files } => progress(ProvisionEvent::Planned { repo: repo.name.clone(), files }),
+                TreeEvent::Cloned { files_done, files_total } => {
+                    progress(ProvisionEvent::Progress { repo: repo.name.clone(), files_done, files_total })
+                }
+                TreeEvent::Skipped { path, kind } => {
+                    progress(ProvisionEvent::Warning(format!("{}: skipped {kind} {}", repo.name, path.display())))
+                }
+            };
+            let branch = match backend {
+                Backend::Reflink => {
+                    worktree::clone_tree(&repo.resolved_path, &target, CloneMode::Reflink, &on_tree)
+                        .map_err(provision_err)?;
+                    None
+                }
+                Backend::Copy => {
+                    worktree::clone_tree(&repo.resolved_path, &target, CloneMode::Copy, &on_tree)
+                        .map_err(provision_err)?;
+                    None
+                }
+                Backend::GitWorktree => {
+                    Some(worktree::add_worktree(&repo.resolved_path, &target, id, &repo.name).map_err(provision_err)?)
+                }
+            };
+            made.push(ConversationRepo {
+                name: repo.name.clone(),
+                source_path: repo.path.clone(),
+                source_resolved: repo.resolved_path.clone(),
+                path: target,
+                branch,
+            });
+        }
+        Ok(made)
+    }
+
+    pub fn list(&self, workspace: Option<&str>) -> Result<Vec<ConversationRecord>, ConversationError> {
+        if let Some(ws) = workspace {
+            self.store.require_workspace(ws)?;
+        }
+        Ok(self.store.conversations(workspace)?)
+    }
+
+    /// Removes the conversation's copies and its row. Never touches a registered
+    /// checkout's files: links inside the copies are removed, not followed.
+    pub fn remove(&self, id: &str) -> Result<ConversationRecord, ConversationError> {
+        let record = self.store.conversation(id)?;
+        let backend: Backend = record.backend.parse().unwrap_or_default();
+        let dir = self.data.conversation_dir(&record.id);
+        if backend == Backend::GitWorktree {
+            // The working directory goes first, so that git sees the worktree as gone.
+            worktree::remove_tree(&dir).map_err(io_err("remove", &dir))?;
+        }
+        for repo in &record.repos {
+            if backend == Backend::GitWorktree {
+                worktree::remove_worktree(&repo.source_resolved, &record.id, &repo.name)
+                    .map_err(|source| ConversationError::Provision { repo: repo.name.clone(), source })?;
+            }
+        }
+        worktree::remove_tree(&dir).map_err(io_err("remove", &dir))?;
+        self.store.remove_conversation(&record.id)?;
+        self.events.record("conversation_removed", &format!("conversation:{}", record.id), json!({}));
+        Ok(record)
+    }
+
+    /// Creates `agents/<agent>/{work,config}` on first use; private to that agent.
+    pub fn agent_dirs(&self, conversation: &str, agent: &str) -> Result<AgentDirs, ConversationError> {
+        names::check("agent", agent).map_err(ConversationError::InvalidName)?;
+        let record = self.store.conversation(conversation)?;
+        let base = self.data.conversation_dir(&record.id).join("agents").join(agent);
+        let dirs = AgentDirs { work: base.join("work"), config: base.join("config") };
+        for dir in [&dirs.work, &dirs.config] {
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err("create", dir))?;
+        }
+        Ok(dirs)
+    }
+
+    /// Removes conversation directories that have no row: what a supervisor that died
+    /// while provisioning left behind. Called at start-up, before the API serves.
+    pub fn sweep_unfinished(&self) -> Vec<String> {
+        let mut swept = Vec::new();
+        let Ok(entries) = fs::read_dir(self.data.conversations_dir()) else { return swept };
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            if self.store.conversation_exists(&id).unwrap_or(true) {
+                continue;
+            }
+            let dir = entry.path();
+            let manifest: Option<Manifest> =
+                fs::read(dir.join(MANIFEST)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            let backend = manifest.as_ref().and_then(|m| m.backend.parse().ok()).unwrap_or_default();
+            undo(&dir, &id, backend, manifest.map(|m| m.repos).unwrap_or_default());
+            self.events.record("conversation_swept", &format!("conversation:{id}"), json!({ "reason": "unfinished" }));
+            swept.push(id);
+        }
+        swept
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+/// Removes a half-made conversation.
+fn undo(dir: &Path, id: &str, backend: Backend, repos: impl IntoIterator<Item = (String, PathBuf)>) {
+    if backend == Backend::GitWorktree {
+        let _ = worktree::remove_tree(dir);
+        for (name, checkout) in repos {
+            if let Err(e) = worktree::remove_worktree(&checkout, id, &name) {
+                tracing::warn!(conversation = id, repo = name, error = %e, "cannot forget the git worktree");
+            }
+        }
+    }
+    if let Err(e) = worktree::remove_tree(dir) {
+        tracing::error!(path = %dir.display(), error = %e, "cannot remove an unfinished conversation");
+    }
+}
+
+fn now() -> i64 {
+    unix_ms(SystemTime::now())
+}
+
+/// `c` and 16 hex digits.
+fn new_id() -> Result<String, cc_proto::secret::SecretError> {
+    let secret = cc_proto::secret::PeerSecret::generate()?;
+    Ok(format!("c{}", &secret.expose()[..16]))
+}

@@ -1,0 +1,38 @@
+//! Names that become path components (workspaces, repositories, agents): a short,
+//! boring alphabet, so that no name can climb out of its directory or hide in a listing.
+
+/// `[A-Za-z0-9._-]{1,64}`, not starting with `.` or `-`.
+pub fn check(kind: &str, name: &str) -> Result<(), String> {
+    let shown: String = name.chars().take(64).flat_map(char::escape_default).collect();
+    if name.is_empty() || name.len() > 64 {
+        return Err(format!("{kind} name {shown:?} must be 1 to 64 characters"));
+    }
+    if name.starts_with('.') || name.starts_with('-') {
+        return Err(format!("{kind} name {shown:?} may not start with '.' or '-'"));
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return Err(format!("{kind} name {shown:?} may contain only letters, digits, '.', '_' and '-'"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+
+    #[test]
+    fn accepts_ordinary_names() {
+        for ok in ["default", "my-repo", "repo_2", "a.b", "A", &"x".repeat(64)] {
+            assert!(check("repo", ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn refuses_anything_path_like() {
+        for bad in ["", ".", "..", ".git", "-rf", "a/b", "a\\b", "a b", "a\0b", "ü", "a\nb", &"x".repeat(65), "~", "*"]
+        {
+            let err = check("repo", bad).unwrap_err();
+            assert!(!err.contains('\n') && !err.contains('\0'), "{err:?}");
+        }
+    }
+}

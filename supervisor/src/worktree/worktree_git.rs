@@ -1,0 +1,38 @@
+//! The git-worktree backend: `git worktree add` on a branch `cc/<conversation>`.
+//! It writes into the registered repository (its worktree list and a branch), which is
+//! exactly why it is weaker and is announced on every use.
+
+use std::path::Path;
+
+use git2::{Repository, WorktreeAddOptions, WorktreePruneOptions};
+
+use super::WorktreeError;
+
+fn worktree_name(conversation: &str, repo: &str) -> String {
+    format!("cc-{conversation}-{repo}")
+}
+
+/// Adds a worktree of `checkout` at `target` on a new branch; returns the branch name.
+pub fn add_worktree(checkout: &Path, target: &Path, conversation: &str, repo: &str) -> Result<String, WorktreeError> {
+    let repository = Repository::open(checkout)?;
+    let head = repository.head()?.peel_to_commit()?;
+    let branch_name = format!("cc/{conversation}");
+    let branch = repository.branch(&branch_name, &head, false)?;
+    let mut options = WorktreeAddOptions::new();
+    options.reference(Some(branch.get()));
+    repository.worktree(&worktree_name(conversation, repo), target, Some(&options))?;
+    Ok(branch_name)
+}
+
+/// Forgets the worktree in the registered repository. The working directory itself is
+/// removed by the caller; the branch, which may hold the agent's commits, is kept.
+pub fn remove_worktree(checkout: &Path, conversation: &str, repo: &str) -> Result<(), WorktreeError> {
+    let repository = Repository::open(checkout)?;
+    let worktree = match repository.find_worktree(&worktree_name(conversation, repo)) {
+        Ok(w) => w,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    worktree.prune(Some(WorktreePruneOptions::new().valid(true).locked(false).working_tree(false)))?;
+    Ok(())
+}
