@@ -116,6 +116,12 @@ impl Conversations {
                 )));
             }
             Ok(_) => {}
+            Err(_) if git2::Repository::discover(&resolved).is_ok() => {
+                return Err(ConversationError::InvalidPath(format!(
+                    "{} is inside a git checkout but not its top level: register the top level",
+                    literal.display()
+                )));
+            }
             Err(_) => {
                 return Err(ConversationError::InvalidPath(format!("{} is not a git checkout", literal.display())));
             }
@@ -380,4 +386,54 @@ fn now() -> i64 {
 fn new_id() -> Result<String, cc_proto::secret::SecretError> {
     let secret = cc_proto::secret::PeerSecret::generate()?;
     Ok(format!("c{}", &secret.expose()[..16]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn setup() -> (tempfile::TempDir, Conversations, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = DataDir::locate(Some(&tmp.path().join("data"))).unwrap();
+        data.prepare().unwrap();
+        let store = Arc::new(Store::open(&data.state_db()).unwrap());
+        let events = Arc::new(EventLog::new(store.clone()));
+        let checkout = tmp.path().join("checkout");
+        git2::Repository::init(&checkout).unwrap();
+        fs::write(checkout.join("file"), "x").unwrap();
+        (tmp, Conversations::new(data, store, events), checkout)
+    }
+
+    #[test]
+    fn agent_dirs_are_private_and_named_safely() {
+        let (_tmp, conversations, checkout) = setup();
+        conversations.add_repo("default", &checkout, Some("demo")).unwrap();
+        let c = conversations.create("default", &["demo".into()], Backend::Copy, &|_| {}).unwrap();
+        let dirs = conversations.agent_dirs(&c.id, "coder").unwrap();
+        for dir in [&dirs.work, &dirs.config] {
+            assert_eq!(fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o700);
+            assert!(dir.starts_with(conversations.data.conversation_dir(&c.id).join("agents/coder")));
+        }
+        assert_eq!(conversations.agent_dirs(&c.id, "coder").unwrap(), dirs, "idempotent");
+        for bad in ["../other", "", ".hidden", "a/b"] {
+            assert!(matches!(conversations.agent_dirs(&c.id, bad), Err(ConversationError::InvalidName(_))), "{bad}");
+        }
+        assert!(matches!(
+            conversations.agent_dirs("c-missing", "coder"),
+            Err(ConversationError::Registry(RegistryError::NotFound { .. }))
+        ));
+    }
+
+    #[test]
+    fn a_duplicate_repo_in_one_request_is_copied_once() {
+        let (_tmp, conversations, checkout) = setup();
+        conversations.add_repo("default", &checkout, Some("demo")).unwrap();
+        let c = conversations.create("default", &["demo".into(), "demo".into()], Backend::Copy, &|_| {}).unwrap();
+        assert_eq!(c.repos.len(), 1);
+        assert!(matches!(
+            conversations.create("default", &[], Backend::Copy, &|_| {}),
+            Err(ConversationError::NoRepos)
+        ));
+    }
 }

@@ -40,7 +40,11 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let ok = Command::new("umount").arg(&self.path).status().is_ok_and(|s| s.success());
+        let ok = Command::new("umount")
+            .arg(&self.path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
         if !ok {
             let _ = Command::new("umount").arg("-l").arg(&self.path).status();
         }

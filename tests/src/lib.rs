@@ -196,10 +196,21 @@ impl Supervisor {
 }
 
 impl Drop for Supervisor {
+    /// A clean stop, so that its helpers are gone too (a test's filesystem can then be
+    /// unmounted); a kill if it does not stop in time.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+            let watchdog = std::thread::spawn(move || {
+                if done_rx.recv_timeout(Duration::from_secs(5)).is_err() {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+            });
             let _ = self.child.wait();
+            let _ = done_tx.send(());
+            let _ = watchdog.join();
         }
     }
 }

@@ -23,7 +23,7 @@ pub fn check_reflink(checkout: &Path, target_dir: &Path) -> Result<(), WorktreeE
         let mut file = OpenOptions::new().write(true).create_new(true).open(&probe)?;
         // More than one block, so that no filesystem keeps it inline.
         file.write_all(&[0x5a; 8192])?;
-        file.sync_all()?;
+        drop(file);
         reflink_copy::reflink(&probe, &clone)
     })();
     let _ = fs::remove_file(&probe);

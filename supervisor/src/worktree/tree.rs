@@ -99,17 +99,22 @@ pub fn clone_tree(
     stats.files = total;
     progress(TreeEvent::Planned { files: total });
     let done = AtomicU64::new(0);
-    files.par_iter().try_for_each(|(from, to, meta)| {
-        match mode {
-            CloneMode::Reflink => reflink_copy::reflink(from, to).map_err(WorktreeError::io("reflink", from))?,
-            CloneMode::Copy => byte_copy(from, to, meta)?,
-        }
-        finish(to, meta, as_root, false)?;
-        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if n.is_multiple_of(PROGRESS_EVERY) {
-            progress(TreeEvent::Cloned { files_done: n, files_total: total });
-        }
-        Ok::<_, WorktreeError>(())
+    // Each clone is a few metadata syscalls that mostly wait on the filesystem, so more
+    // threads than cores keep the disk busy.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2) * 4;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| WorktreeError::io("start copy threads for", source)(std::io::Error::other(e)))?;
+    pool.install(|| {
+        files.par_iter().try_for_each(|(from, to, meta)| {
+            clone_file(from, to, meta, mode, as_root)?;
+            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_multiple_of(PROGRESS_EVERY) {
+                progress(TreeEvent::Cloned { files_done: n, files_total: total });
+            }
+            Ok::<_, WorktreeError>(())
+        })
     })?;
     progress(TreeEvent::Cloned { files_done: total, files_total: total });
 
@@ -121,6 +126,40 @@ pub fn clone_tree(
         finish(dir, meta, as_root, false)?;
     }
     Ok(stats)
+}
+
+/// One regular file, by handle: the target is created exclusively (never through a
+/// link planted in the copy), filled, then given the source's mode, owner and times.
+fn clone_file(from: &Path, to: &Path, meta: &Metadata, mode: CloneMode, as_root: bool) -> Result<(), WorktreeError> {
+    let input = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(from)
+        .map_err(WorktreeError::io("open", from))?;
+    let mut output = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .map_err(WorktreeError::io("create", to))?;
+    match mode {
+        CloneMode::Reflink => {
+            reflink_copy::reflink_file(&input, &output).map_err(WorktreeError::io("reflink", from))?
+        }
+        CloneMode::Copy => byte_copy(input, &mut output, from, to)?,
+    }
+    if as_root {
+        std::os::unix::fs::fchown(&output, Some(meta.uid()), Some(meta.gid()))
+            .map_err(WorktreeError::io("set the owner of", to))?;
+    }
+    // After the owner: chown clears set-uid bits.
+    output
+        .set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777))
+        .map_err(WorktreeError::io("set the mode of", to))?;
+    let times = fs::FileTimes::new()
+        .set_accessed(meta.accessed().unwrap_or(std::time::UNIX_EPOCH))
+        .set_modified(meta.modified().map_err(WorktreeError::io("read the times of", from))?);
+    output.set_times(times).map_err(WorktreeError::io("set the times of", to))
 }
 
 /// Times, and ownership when we are root (a copy made by a root supervisor still
@@ -142,14 +181,7 @@ thread_local! {
 
 /// A real byte copy: `std::fs::copy` would use `copy_file_range`, which may share
 /// extents behind our back; the copy backend promises a copy.
-fn byte_copy(from: &Path, to: &Path, meta: &Metadata) -> Result<(), WorktreeError> {
-    let mut input = File::open(from).map_err(WorktreeError::io("open", from))?;
-    let mut output = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(to)
-        .map_err(WorktreeError::io("create", to))?;
+fn byte_copy(mut input: File, output: &mut File, from: &Path, to: &Path) -> Result<(), WorktreeError> {
     BUFFER.with_borrow_mut(|buffer| {
         loop {
             let n = input.read(buffer).map_err(WorktreeError::io("read", from))?;
@@ -158,9 +190,7 @@ fn byte_copy(from: &Path, to: &Path, meta: &Metadata) -> Result<(), WorktreeErro
             }
             output.write_all(&buffer[..n]).map_err(WorktreeError::io("write", to))?;
         }
-    })?;
-    fs::set_permissions(to, fs::Permissions::from_mode(meta.mode() & 0o7777))
-        .map_err(WorktreeError::io("set the mode of", to))
+    })
 }
 
 fn special_kind(meta: &Metadata) -> &'static str {
