@@ -278,22 +278,14 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                         let status = stop_child(&mut child, env.policy.stop_timeout()).await;
                         record_exit(&helper, &env, pid, status, started.elapsed(), None);
                         previous_pid = Some(pid);
-                        match request {
-                            Some(Control::Restart(reply)) => {
+                        match take_request(&helper, request) {
+                            Some(reply) => {
                                 waiting_restart = Some(reply);
                                 backoff.reset();
                                 reason = StartReason::Requested;
                                 continue;
                             }
-                            Some(Control::Stop(reply)) => {
-                                helper.update(|s| s.state = HelperState::Stopped);
-                                let _ = reply.send(());
-                                return;
-                            }
-                            None => {
-                                helper.update(|s| s.state = HelperState::Stopped);
-                                return;
-                            }
+                            None => return,
                         }
                     }
                     Woke::Exited(status) => (Some(pid), status, None),
@@ -332,21 +324,31 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                 control.recv().await
             }
         };
-        match request {
-            Some(Control::Restart(reply)) => {
+        match take_request(&helper, request) {
+            Some(reply) => {
                 waiting_restart = Some(reply);
                 backoff.reset();
                 reason = StartReason::Requested;
             }
-            Some(Control::Stop(reply)) => {
-                helper.update(|s| s.state = HelperState::Stopped);
-                let _ = reply.send(());
-                return;
-            }
-            None => {
-                helper.update(|s| s.state = HelperState::Stopped);
-                return;
-            }
+            None => return,
+        }
+    }
+}
+
+/// A request that arrived while the helper was not running (or was just stopped for it):
+/// a restart hands back its reply channel; a stop (or the supervisor going away) marks
+/// the helper stopped and answers, and the caller's task ends.
+fn take_request(helper: &Helper, request: Option<Control>) -> Option<oneshot::Sender<Result<u32, String>>> {
+    match request {
+        Some(Control::Restart(reply)) => Some(reply),
+        Some(Control::Stop(reply)) => {
+            helper.update(|s| s.state = HelperState::Stopped);
+            let _ = reply.send(());
+            None
+        }
+        None => {
+            helper.update(|s| s.state = HelperState::Stopped);
+            None
         }
     }
 }
