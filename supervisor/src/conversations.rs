@@ -272,6 +272,7 @@ impl Conversations {
                     progress(ProvisionEvent::Warning(format!("{}: skipped {kind} {}", repo.name, path.display())))
                 }
             };
+            let clone_started = std::time::Instant::now();
             let branch = match backend {
                 Backend::Reflink => {
                     worktree::clone_tree(&repo.resolved_path, &target, CloneMode::Reflink, &on_tree)
@@ -287,6 +288,12 @@ impl Conversations {
                     Some(worktree::add_worktree(&repo.resolved_path, &target, id, &repo.name).map_err(provision_err)?)
                 }
             };
+            tracing::info!(
+                repo = repo.name,
+                backend = backend.as_str(),
+                ms = clone_started.elapsed().as_millis() as u64,
+                "provisioned"
+            );
             made.push(ConversationRepo {
                 name: repo.name.clone(),
                 source_path: repo.path.clone(),
