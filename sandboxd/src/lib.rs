@@ -2,6 +2,8 @@
 //! process that runs agent code; for now it serves health and its status.
 #![forbid(unsafe_code)]
 
+pub mod environment;
+
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};

@@ -1,0 +1,266 @@
+//! The environment of every wrapped process, built from an allowlist (DESIGN.md §5).
+//!
+//! Nothing of the caller's environment passes unless its name is on the allowlist, and
+//! nothing passes, from the caller or from the run policy's additions, that is a
+//! dynamic-linker or interpreter injection vector or that looks like a secret (by name
+//! or by the shape of its value). Pure: the same function serves every wrapped kind.
+
+use std::collections::BTreeMap;
+
+/// Names taken from the caller's environment as they are.
+const PASSED: &[&str] = &["PATH", "LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ", "USER", "LOGNAME"];
+
+/// Prefixes taken from the caller's environment (locale settings).
+const PASSED_PREFIXES: &[&str] = &["LC_"];
+
+/// Injection vectors: never passed, whoever asks.
+const INJECTION: &[&str] = &[
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "LD_LIBRARY_PATH",
+    "LD_BIND_NOW",
+    "LD_DEBUG",
+    "LD_PROFILE",
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "RES_OPTIONS",
+    "NLSPATH",
+    "MALLOC_CHECK_",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PROMPT_COMMAND",
+    "PS4",
+    "IFS",
+    "CDPATH",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONINSPECT",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "CLASSPATH",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "GIT_EXEC_PATH",
+    "GIT_ASKPASS",
+    "GIT_PROXY_COMMAND",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_TEMPLATE_DIR",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "SSH_ASKPASS",
+    "SSH_AUTH_SOCK",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "SUDO_ASKPASS",
+];
+
+/// Prefixes of injection vectors.
+const INJECTION_PREFIXES: &[&str] = &["LD_", "DYLD_", "GIT_CONFIG_", "GIT_TRACE", "MALLOC_", "BASH_FUNC_"];
+
+/// What the run policy may set that the caller may not: where git finds the run's config.
+const POLICY_ONLY: &[&str] = &["GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"];
+
+/// Fragments of secret names, anywhere in the upper-cased name (`GHTOKEN`, `MYSECRET`).
+const SECRET_FRAGMENTS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "APIKEY", "PRIVATE_KEY"];
+
+/// Whole `_`-separated words of secret names: `KEY` in `OPENAI_API_KEY`, not in `MONKEY`;
+/// `AUTH` in `NPM_CONFIG__AUTH`, not in `GIT_AUTHOR_NAME`.
+const SECRET_WORDS: &[&str] = &["KEY", "KEYS", "PASS", "AUTH", "SESSION", "COOKIE", "PRIVATE", "CREDENTIALS"];
+
+/// Prefixes of cloud and service credentials.
+const SECRET_PREFIXES: &[&str] =
+    &["AWS_", "AZURE_", "GCP_", "GOOGLE_", "GCLOUD_", "DOCKER_", "KUBE", "VAULT_", "NPM_CONFIG_"];
+
+/// Value shapes of well-known tokens, whatever the variable is called.
+const SECRET_VALUE_PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xapp-",
+    "sk-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "ya29.",
+];
+
+/// Why a variable was left out (for `ccctl sandbox explain` and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    NotAllowed,
+    Injection,
+    Secret,
+}
+
+/// Decides one variable. `from_policy` is true for the run policy's own additions.
+pub fn judge(name: &str, value: &str, from_policy: bool) -> Result<(), Dropped> {
+    if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0') {
+        return Err(Dropped::NotAllowed);
+    }
+    let upper = name.to_ascii_uppercase();
+    let injection = INJECTION.contains(&upper.as_str()) || INJECTION_PREFIXES.iter().any(|p| upper.starts_with(p));
+    if injection && !(from_policy && POLICY_ONLY.contains(&upper.as_str())) {
+        return Err(Dropped::Injection);
+    }
+    if SECRET_FRAGMENTS.iter().any(|f| upper.contains(f))
+        || upper.split('_').any(|word| SECRET_WORDS.contains(&word))
+        || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
+        || SECRET_VALUE_PREFIXES.iter().any(|p| value.trim_start().starts_with(p))
+    {
+        return Err(Dropped::Secret);
+    }
+    if from_policy || PASSED.contains(&name) || PASSED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        Ok(())
+    } else {
+        Err(Dropped::NotAllowed)
+    }
+}
+
+/// The environment of a wrapped process: the allowed part of `inherited`, then the
+/// policy's `additions` (which win), then `HOME` set to the agent's directory.
+pub fn build<'a>(
+    inherited: impl IntoIterator<Item = (&'a str, &'a str)>,
+    additions: impl IntoIterator<Item = (&'a str, &'a str)>,
+    home: &str,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (name, value) in inherited {
+        if judge(name, value, false).is_ok() {
+            out.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    for (name, value) in additions {
+        if judge(name, value, true).is_ok() {
+            out.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    out.insert("HOME".to_owned(), home.to_owned());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allowlist_passes_and_home_is_the_agents() {
+        let env = build([("PATH", "/usr/bin"), ("LANG", "C.UTF-8"), ("LC_ALL", "C"), ("HOME", "/root")], [], "/work");
+        assert_eq!(env["PATH"], "/usr/bin");
+        assert_eq!(env["LC_ALL"], "C");
+        assert_eq!(env["HOME"], "/work");
+    }
+
+    #[test]
+    fn injection_vectors_never_pass_from_anyone() {
+        for name in [
+            "LD_PRELOAD",
+            "ld_preload",
+            "LD_AUDIT",
+            "LD_LIBRARY_PATH",
+            "LD_ANYTHING",
+            "DYLD_INSERT_LIBRARIES",
+            "NODE_OPTIONS",
+            "BASH_ENV",
+            "ENV",
+            "PYTHONSTARTUP",
+            "PERL5OPT",
+            "RUBYOPT",
+            "JAVA_TOOL_OPTIONS",
+            "GIT_SSH_COMMAND",
+            "GIT_SSH",
+            "GIT_EXEC_PATH",
+            "GIT_CONFIG_COUNT",
+            "GIT_CONFIG_KEY_0",
+            "GIT_CONFIG_VALUE_0",
+            "GIT_CONFIG_PARAMETERS",
+            "BASH_FUNC_ls%%",
+            "SSH_AUTH_SOCK",
+            "GLIBC_TUNABLES",
+        ] {
+            assert_eq!(judge(name, "x", false), Err(Dropped::Injection), "{name} from the caller");
+            assert_eq!(judge(name, "x", true), Err(Dropped::Injection), "{name} from the policy");
+        }
+        // The run's own git config is set by the policy only.
+        assert_eq!(judge("GIT_CONFIG_GLOBAL", "/run/gitconfig", true), Ok(()));
+        assert_eq!(judge("GIT_CONFIG_GLOBAL", "/home/me/.gitconfig", false), Err(Dropped::Injection));
+    }
+
+    #[test]
+    fn secrets_never_pass_by_name_or_by_value() {
+        for name in [
+            "GITHUB_TOKEN",
+            "GH_TOKEN",
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "DB_PASSWORD",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_PROFILE",
+            "AZURE_CLIENT_SECRET",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "NPM_CONFIG__AUTH",
+            "KUBECONFIG",
+            "DOCKER_HOST",
+            "my_secret",
+        ] {
+            assert_eq!(judge(name, "x", false), Err(Dropped::Secret), "{name}");
+            assert_eq!(judge(name, "x", true), Err(Dropped::Secret), "{name} from the policy");
+        }
+        for value in ["ghp_abcdef", "github_pat_11AA", "sk-proj-123", "AKIAIOSFODNN7EXAMPLE", "xoxb-1-2", " ghp_x"] {
+            assert_eq!(judge("LANG", value, false), Err(Dropped::Secret), "{value}");
+        }
+    }
+
+    #[test]
+    fn everything_else_from_the_caller_is_dropped() {
+        for name in
+            ["EDITOR", "FOO", "HTTP_PROXY", "http_proxy", "DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"]
+        {
+            assert!(judge(name, "x", false).is_err(), "{name}");
+        }
+        // The policy may add ordinary variables (its proxy settings, for instance).
+        assert_eq!(judge("HTTP_PROXY", "http://127.0.0.1:3128", true), Ok(()));
+        for name in ["GIT_AUTHOR_NAME", "GIT_COMMITTER_EMAIL", "MONKEY", "KEYBOARD_LAYOUT"] {
+            assert_eq!(judge(name, "x", true), Ok(()), "{name} is not a secret");
+        }
+    }
+
+    #[test]
+    fn malformed_names_and_values_are_dropped() {
+        for (name, value) in [("", "x"), ("A=B", "x"), ("A\0B", "x"), ("PATH", "/bin\0/evil")] {
+            assert_eq!(judge(name, value, false), Err(Dropped::NotAllowed), "{name:?}");
+            assert_eq!(judge(name, value, true), Err(Dropped::NotAllowed), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn policy_additions_win_over_the_caller() {
+        let env = build([("PATH", "/caller/bin")], [("PATH", "/usr/bin:/bin")], "/w");
+        assert_eq!(env["PATH"], "/usr/bin:/bin");
+    }
+}
