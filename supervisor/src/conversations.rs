@@ -23,6 +23,8 @@ use crate::worktree::{self, Backend, CloneMode, TreeEvent, WorktreeError};
 
 /// Written first into a conversation directory, removed once the row exists.
 const MANIFEST: &str = ".provisioning.json";
+/// A conversation being removed is renamed to this prefix and its id first.
+const TRASH_PREFIX: &str = ".trash-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConversationError {
@@ -80,8 +82,10 @@ impl Conversations {
     pub fn create_workspace(&self, name: &str) -> Result<Workspace, ConversationError> {
         names::check("workspace", name).map_err(ConversationError::InvalidName)?;
         let attachments = self.data.attachments_dir(name);
-        let workspace = self.store.create_workspace(name, now())?;
+        // The directory first (creating it again is harmless), so that a failure never
+        // leaves a workspace row without its directory.
         fs::create_dir_all(&attachments).map_err(io_err("create", &attachments))?;
+        let workspace = self.store.create_workspace(name, now())?;
         self.events.record("workspace_created", &format!("workspace:{name}"), json!({}));
         Ok(workspace)
     }
@@ -115,7 +119,7 @@ impl Conversations {
                     literal.display()
                 )));
             }
-            Ok(_) => {}
+            Ok(_) => worktree::check_git_dir(&resolved).map_err(ConversationError::InvalidPath)?,
             Err(_) if git2::Repository::discover(&resolved).is_ok() => {
                 return Err(ConversationError::InvalidPath(format!(
                     "{} is inside a git checkout but not its top level: register the top level",
@@ -252,10 +256,23 @@ impl Conversations {
             .map_err(io_err("write", &manifest_path))?;
         fs::create_dir(repos_dir).map_err(io_err("create", repos_dir))?;
 
-        // Every check before any copy: a refusal leaves nothing behind.
+        // Every check before any copy: a refusal leaves nothing behind. The checkout may
+        // have changed since it was registered.
+        for repo in repos {
+            if backend != Backend::GitWorktree {
+                worktree::check_git_dir(&repo.resolved_path).map_err(|message| ConversationError::Provision {
+                    repo: repo.name.clone(),
+                    source: WorktreeError::Io {
+                        action: "copy",
+                        path: repo.resolved_path.clone(),
+                        source: std::io::Error::other(message),
+                    },
+                })?;
+            }
+        }
         if backend == Backend::Reflink {
             for repo in repos {
-                worktree::check_reflink(&repo.resolved_path, repos_dir)
+                worktree::check_reflink(&repo.resolved_path, repos_dir, self.data.root())
                     .map_err(|source| ConversationError::Provision { repo: repo.name.clone(), source })?;
             }
         }
@@ -274,14 +291,10 @@ impl Conversations {
             };
             let clone_started = std::time::Instant::now();
             let branch = match backend {
-                Backend::Reflink => {
-                    worktree::clone_tree(&repo.resolved_path, &target, CloneMode::Reflink, &on_tree)
-                        .map_err(provision_err)?;
-                    None
-                }
-                Backend::Copy => {
-                    worktree::clone_tree(&repo.resolved_path, &target, CloneMode::Copy, &on_tree)
-                        .map_err(provision_err)?;
+                Backend::Reflink | Backend::Copy => {
+                    let mode = if backend == Backend::Reflink { CloneMode::Reflink } else { CloneMode::Copy };
+                    worktree::clone_tree(&repo.resolved_path, &target, mode, &on_tree).map_err(provision_err)?;
+                    worktree::verify_clone(&target).map_err(provision_err)?;
                     None
                 }
                 Backend::GitWorktree => {
@@ -318,18 +331,24 @@ impl Conversations {
         let record = self.store.conversation(id)?;
         let backend: Backend = record.backend.parse().unwrap_or_default();
         let dir = self.data.conversation_dir(&record.id);
-        if backend == Backend::GitWorktree {
-            // The working directory goes first, so that git sees the worktree as gone.
-            worktree::remove_tree(&dir).map_err(io_err("remove", &dir))?;
+        // Out of the way in one rename, then the row, then the files: a failure or a crash
+        // part-way leaves either the whole conversation or a trash directory that the next
+        // start removes, never a registered conversation with half its files.
+        let trash = self.data.conversations_dir().join(format!("{TRASH_PREFIX}{}", record.id));
+        match fs::rename(&dir, &trash) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", &dir)(e)),
         }
-        for repo in &record.repos {
-            if backend == Backend::GitWorktree {
-                worktree::remove_worktree(&repo.source_resolved, &record.id, &repo.name)
-                    .map_err(|source| ConversationError::Provision { repo: repo.name.clone(), source })?;
+        self.store.remove_conversation(&record.id)?;
+        worktree::remove_tree(&trash).map_err(io_err("remove", &trash))?;
+        if backend == Backend::GitWorktree {
+            for repo in &record.repos {
+                if let Err(e) = worktree::remove_worktree(&repo.source_resolved, &record.id, &repo.name) {
+                    tracing::warn!(conversation = record.id, repo = repo.name, error = %e, "cannot forget the git worktree");
+                }
             }
         }
-        worktree::remove_tree(&dir).map_err(io_err("remove", &dir))?;
-        self.store.remove_conversation(&record.id)?;
         self.events.record("conversation_removed", &format!("conversation:{}", record.id), json!({}));
         Ok(record)
     }
@@ -343,20 +362,41 @@ impl Conversations {
         for dir in [&dirs.work, &dirs.config] {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err("create", dir))?;
         }
+        // Each level must be a real directory: a link planted by an agent would aim the
+        // next run's binds elsewhere.
+        for dir in [base.parent().unwrap_or(&base), &base, &dirs.work, &dirs.config] {
+            let meta = fs::symlink_metadata(dir).map_err(io_err("inspect", dir))?;
+            if !meta.is_dir() {
+                return Err(ConversationError::InvalidPath(format!("{} is not a directory of ours", dir.display())));
+            }
+        }
         Ok(dirs)
     }
 
-    /// Removes conversation directories that have no row: what a supervisor that died
-    /// while provisioning left behind. Called at start-up, before the API serves.
+    /// Removes what a supervisor that died left behind: conversations being provisioned
+    /// (a manifest and no row, or an empty directory) and conversations being removed
+    /// (trash). Anything else without a row is left alone and reported: it may be an
+    /// agent's work under a restored state.db. Called at start-up, before the API serves.
     pub fn sweep_unfinished(&self) -> Vec<String> {
         let mut swept = Vec::new();
         let Ok(entries) = fs::read_dir(self.data.conversations_dir()) else { return swept };
         for entry in entries.flatten() {
             let id = entry.file_name().to_string_lossy().into_owned();
+            let dir = entry.path();
+            if id.starts_with(TRASH_PREFIX) {
+                if let Err(e) = worktree::remove_tree(&dir) {
+                    tracing::error!(path = %dir.display(), error = %e, "cannot remove a removed conversation's files");
+                }
+                continue;
+            }
             if self.store.conversation_exists(&id).unwrap_or(true) {
                 continue;
             }
-            let dir = entry.path();
+            let unfinished = dir.join(MANIFEST).exists() || fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
+            if !unfinished {
+                tracing::warn!(path = %dir.display(), "a conversation directory with no record and no manifest: left alone");
+                continue;
+            }
             let manifest: Option<Manifest> =
                 fs::read(dir.join(MANIFEST)).ok().and_then(|b| serde_json::from_slice(&b).ok());
             let backend = manifest.as_ref().and_then(|m| m.backend.parse().ok()).unwrap_or_default();
@@ -375,7 +415,7 @@ fn undo(dir: &Path, id: &str, backend: Backend, repos: impl IntoIterator<Item = 
     if backend == Backend::GitWorktree {
         let _ = worktree::remove_tree(dir);
         for (name, checkout) in repos {
-            if let Err(e) = worktree::remove_worktree(&checkout, id, &name) {
+            if let Err(e) = worktree::undo_worktree(&checkout, id, &name) {
                 tracing::warn!(conversation = id, repo = name, error = %e, "cannot forget the git worktree");
             }
         }

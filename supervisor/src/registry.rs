@@ -187,7 +187,16 @@ impl Store {
             let rows = stmt.query_map([workspace], |r| r.get(0))?;
             rows.collect::<Result<_, _>>()?
         };
-        ids.iter().map(|id| self.conversation(id)).collect()
+        // One removed between the two reads is simply not listed.
+        let mut out = Vec::with_capacity(ids.len());
+        for id in &ids {
+            match self.conversation(id) {
+                Ok(c) => out.push(c),
+                Err(RegistryError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     pub fn conversation(&self, id: &str) -> Result<ConversationRecord, RegistryError> {

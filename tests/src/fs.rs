@@ -97,8 +97,8 @@ pub fn make_checkout(root: &Path) -> PathBuf {
     root.to_owned()
 }
 
-/// Every entry below `root` (not following links): relative path → kind, mode,
-/// content or link target, and mtime for files. Two equal snapshots are equal trees.
+/// Every entry below `root` (not following links): relative path → kind, mode, content
+/// or link target, and mtime to the nanosecond. Two equal snapshots are equal trees.
 pub fn snapshot(root: &Path) -> std::collections::BTreeMap<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
     let mut out = std::collections::BTreeMap::new();
@@ -107,13 +107,14 @@ pub fn snapshot(root: &Path) -> std::collections::BTreeMap<PathBuf, String> {
         let meta = entry.metadata().unwrap();
         let rel = entry.path().strip_prefix(root).unwrap().to_owned();
         let kind = meta.file_type();
+        let mtime = format!("{}.{:09}", meta.mtime(), meta.mtime_nsec());
         let value = if kind.is_symlink() {
-            format!("link {}", std::fs::read_link(entry.path()).unwrap().display())
+            format!("link {} mtime {mtime}", std::fs::read_link(entry.path()).unwrap().display())
         } else if kind.is_dir() {
-            format!("dir {:o}", meta.mode() & 0o7777)
+            format!("dir {:o} mtime {mtime}", meta.mode() & 0o7777)
         } else {
             let content = std::fs::read(entry.path()).unwrap();
-            format!("file {:o} {} {:x} mtime {}", meta.mode() & 0o7777, content.len(), fnv(&content), meta.mtime())
+            format!("file {:o} {} {:x} mtime {mtime}", meta.mode() & 0o7777, content.len(), fnv(&content))
         };
         out.insert(rel, value);
     }

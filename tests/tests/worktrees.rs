@@ -152,12 +152,20 @@ fn git_worktree_warns_and_rm_never_touches_the_checkout() {
         std::os::unix::fs::symlink(checkout.join("README.md"), dir.join("escape-file")).unwrap();
     }
     let pristine = snapshot(&checkout);
+    // The copy backend's rm first: the whole checkout, .git included, is unchanged.
+    let out = sup.ccctl(&["conversation", "rm", &copy_id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(snapshot(&checkout), pristine, "removing a copy changed the checkout");
+    // git-worktree's rm updates the checkout's worktree list (its own entry), nothing else.
     let pristine_git: Vec<_> = pristine.keys().filter(|k| !k.starts_with(".git")).cloned().collect();
-    for conversation in [&id, &copy_id] {
-        let out = sup.ccctl(&["conversation", "rm", conversation]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    }
+    let out = sup.ccctl(&["conversation", "rm", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let after = snapshot(&checkout);
+    for (path, value) in
+        pristine.iter().filter(|(p, _)| p.starts_with(".git/objects") || p.starts_with(".git/refs/heads/main"))
+    {
+        assert_eq!(after.get(path), Some(value), "{} changed", path.display());
+    }
     let after_files: Vec<_> = after.keys().filter(|k| !k.starts_with(".git")).cloned().collect();
     assert_eq!(after_files, pristine_git, "a file of the checkout was removed");
     for (path, value) in &pristine {
@@ -194,8 +202,8 @@ fn a_disk_that_fills_mid_copy_leaves_nothing_registered() {
 async fn a_supervisor_killed_mid_provisioning_leaves_nothing_after_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let checkout = make_checkout(&tmp.path().join("checkout"));
-    for i in 0..4000 {
-        let dir = checkout.join(format!("gen/{}", i % 40));
+    for i in 0..20_000 {
+        let dir = checkout.join(format!("gen/{}", i % 200));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("f{i}.txt")), format!("{i}\n").repeat(200)).unwrap();
     }
@@ -208,12 +216,15 @@ async fn a_supervisor_killed_mid_provisioning_leaves_nothing_after_restart() {
         backend: cc_proto::supervisor::v1::WorktreeBackend::Copy as i32,
     };
     let mut stream = client.new_conversation(request).await.unwrap().into_inner();
-    // Wait for the walk to finish (the copy is under way), then kill.
+    // Kill while the copy is under way: after some files, before the last.
+    use cc_proto::supervisor::v1::provision_update::Update;
     use tokio_stream::StreamExt;
     loop {
         let update = tokio::time::timeout(Duration::from_secs(20), stream.next()).await.unwrap().unwrap().unwrap();
-        if matches!(update.update, Some(cc_proto::supervisor::v1::provision_update::Update::Planned(_))) {
-            break;
+        match update.update {
+            Some(Update::Progress(p)) if p.files_done < p.files_total => break,
+            Some(Update::Done(_)) => panic!("provisioning finished before the test could interrupt it"),
+            _ => {}
         }
     }
     sup.signal(nix::sys::signal::Signal::SIGKILL);
@@ -238,8 +249,16 @@ fn bad_registrations_are_one_line_errors_that_change_nothing() {
     std::fs::create_dir(&plain).unwrap();
     let file = tmp.path().join("file");
     std::fs::write(&file, "x").unwrap();
-    let inside_data = tmp.path().join("data/conversations");
+    let inside_data = tmp.path().join("data/conversations/planted");
     std::fs::create_dir_all(&inside_data).unwrap();
+    git(&inside_data, &["init", "-q"]);
+    let second = make_checkout(&tmp.path().join("second"));
+    // A linked worktree keeps its repository elsewhere: a copy would write into it.
+    let linked = tmp.path().join("linked");
+    git(&checkout, &["worktree", "add", "-q", linked.to_str().unwrap()]);
+    let symlinked_git = tmp.path().join("symlinked-git");
+    std::fs::create_dir(&symlinked_git).unwrap();
+    std::os::unix::fs::symlink(checkout.join(".git"), symlinked_git.join(".git")).unwrap();
     let before = sup.ccctl(&["repo", "list"]).stdout;
 
     let s = |p: &Path| p.to_str().unwrap().to_owned();
@@ -248,9 +267,12 @@ fn bad_registrations_are_one_line_errors_that_change_nothing() {
         (vec!["repo".into(), "add".into(), s(&file)], "is not a directory"),
         (vec!["repo".into(), "add".into(), s(&plain)], "is not a git checkout"),
         (vec!["repo".into(), "add".into(), s(&checkout.join("src"))], "not its top level"),
-        (vec!["repo".into(), "add".into(), s(&inside_data)], "is not a git checkout"),
+        (vec!["repo".into(), "add".into(), s(&inside_data)], "is inside the data dir"),
+        (vec!["repo".into(), "add".into(), s(&linked)], "a linked worktree or a submodule"),
+        (vec!["repo".into(), "add".into(), s(&symlinked_git)], "is a symlink"),
         (vec!["repo".into(), "add".into(), s(&checkout), "--name".into(), "other".into()], "already registered"),
-        (vec!["repo".into(), "add".into(), s(&plain), "--name".into(), "../x".into()], "not a git checkout"),
+        (vec!["repo".into(), "add".into(), s(&second), "--name".into(), "../x".into()], "may not start with"),
+        (vec!["repo".into(), "add".into(), s(&second), "--name".into(), "a/b".into()], "may contain only"),
         (vec!["repo".into(), "add".into(), s(&checkout), "--workspace".into(), "nope".into()], "no workspace named"),
         (vec!["repo".into(), "rm".into(), "nope".into()], "no repository named"),
         (vec!["conversation".into(), "new".into(), "--repo".into(), "nope".into()], "no repository named"),
@@ -314,4 +336,74 @@ fn odd_names_and_paths_are_kept_exactly() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["path"], link.to_str().unwrap());
     assert_eq!(v[0]["resolved_path"], std::fs::canonicalize(&checkout).unwrap().to_str().unwrap());
+}
+
+#[test]
+fn special_files_are_skipped_with_a_warning_and_mounts_inside_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = make_checkout(&tmp.path().join("checkout"));
+    nix::unistd::mkfifo(&checkout.join("a-fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let sup = supervisor_with(&tmp.path().join("data"), &checkout);
+    let out = sup.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("ccctl: warning: demo: skipped FIFO") && stderr.contains("a-fifo"), "{stderr}");
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(!tmp.path().join(format!("data/conversations/{id}/repos/demo/a-fifo")).exists());
+
+    // A filesystem mounted inside the checkout cannot be reflinked across: refused before
+    // anything is written.
+    let Some(btrfs) = Mount::new("btrfs", 256) else { return };
+    let checkout = make_checkout(&btrfs.path.join("checkout"));
+    let Some(_inner) = MountAt::tmpfs(&checkout.join("node_modules")) else { return };
+    std::fs::write(checkout.join("node_modules/dep.js"), "x").unwrap();
+    let sup = supervisor_with(&btrfs.path.join("data"), &checkout);
+    let err = new_conversation(&sup, "reflink").unwrap_err();
+    assert!(err.contains("a mount of another filesystem inside the checkout"), "{err}");
+    assert!(dir_entries(&btrfs.path.join("data/conversations")).is_empty());
+}
+
+/// A tmpfs mounted at a given place, unmounted on drop.
+struct MountAt(PathBuf);
+
+impl MountAt {
+    fn tmpfs(path: &Path) -> Option<Self> {
+        if !cc_tests::privileged("mounting a tmpfs") {
+            return None;
+        }
+        std::fs::create_dir_all(path).unwrap();
+        let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(path).status().unwrap();
+        assert!(ok.success());
+        Some(Self(path.to_owned()))
+    }
+}
+
+impl Drop for MountAt {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn removal_is_atomic_and_a_removed_conversation_is_not_swept_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = make_checkout(&tmp.path().join("checkout"));
+    let data = tmp.path().join("data");
+    let sup = supervisor_with(&data, &checkout);
+    let (id, copy) = new_conversation(&sup, "copy").unwrap();
+    // An agent closed a directory of its copy: rm still works.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(copy.join("src"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let out = sup.ccctl(&["conversation", "rm", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir_entries(&data.join("conversations")).is_empty());
+    drop(sup);
+
+    // A directory with no record and no manifest is not ours to delete: it is kept.
+    let stray = data.join("conversations/cdeadbeefdeadbeef");
+    std::fs::create_dir_all(stray.join("repos/demo")).unwrap();
+    std::fs::write(stray.join("repos/demo/work.txt"), "an agent's work").unwrap();
+    let again = Supervisor::start_on(&data, Options::default());
+    assert_eq!(std::fs::read_to_string(stray.join("repos/demo/work.txt")).unwrap(), "an agent's work");
+    assert_eq!(conversation_count(&again), 0);
 }

@@ -9,10 +9,19 @@ use serde_json::{Value, json};
 
 use crate::install::Unit;
 
-/// Keeps only the first line and drops control characters, so that nothing a peer
-/// sent can rewrite the terminal.
+/// One line, with control and bidi characters escaped rather than printed (nothing a
+/// peer sent can rewrite the terminal) and rather than dropped (a path with a newline
+/// in it keeps the rest of its message).
 pub fn one_line(text: &str) -> String {
-    text.lines().next().unwrap_or("").chars().filter(|c| !c.is_control() && !is_bidi(*c)).collect()
+    let mut out = String::with_capacity(text.len());
+    for c in text.trim_end().chars() {
+        if c.is_control() || is_bidi(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn is_bidi(c: char) -> bool {
@@ -299,7 +308,7 @@ mod tests {
 
     #[test]
     fn one_line_strips_control_and_bidi() {
-        assert_eq!(one_line("a\x1b[2Jb\u{202e}c\nsecond"), "a[2Jbc");
+        assert_eq!(one_line("a\x1b[2Jb\u{202e}c\nsecond\n"), "a\\u{1b}[2Jb\\u{202e}c\\nsecond");
         assert_eq!(one_line(""), "");
     }
 }

@@ -19,7 +19,10 @@ use std::str::FromStr;
 
 pub use preflight::{check_reflink, filesystem_name};
 pub use tree::{CloneMode, TreeEvent, TreeStats, clone_tree, remove_tree};
-pub use worktree_git::{add_worktree, remove_worktree};
+pub use worktree_git::{add_worktree, remove_worktree, undo_worktree};
+
+mod verify;
+pub use verify::{check_git_dir, verify_clone};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {

@@ -10,16 +10,22 @@ use std::path::Path;
 use super::WorktreeError;
 
 /// Fails with the cause and the fixes unless files under `checkout` can be reflinked
-/// into `target_dir` (an existing directory in the data dir).
-pub fn check_reflink(checkout: &Path, target_dir: &Path) -> Result<(), WorktreeError> {
+/// into `target_dir` (an existing directory in the data dir, which `data_dir` names in
+/// messages). The probe clones a real file of the checkout (its `.git/HEAD`, read only)
+/// when there is one, so that a lower overlayfs layer or a NOCOW file is caught too.
+pub fn check_reflink(checkout: &Path, target_dir: &Path, data_dir: &Path) -> Result<(), WorktreeError> {
     let source_dev = fs::metadata(checkout).map_err(WorktreeError::io("inspect", checkout))?.dev();
     let target_dev = fs::metadata(target_dir).map_err(WorktreeError::io("inspect", target_dir))?.dev();
     if source_dev != target_dev {
-        return Err(WorktreeError::OtherVolume { data_dir: target_dir.to_owned(), checkout: checkout.to_owned() });
+        return Err(WorktreeError::OtherVolume { data_dir: data_dir.to_owned(), checkout: checkout.to_owned() });
     }
     let probe = target_dir.join(format!(".reflink-probe-{}", std::process::id()));
     let clone = probe.with_extension("clone");
+    let real = checkout.join(".git/HEAD");
     let result = (|| {
+        if fs::symlink_metadata(&real).is_ok_and(|m| m.is_file()) {
+            return reflink_copy::reflink(&real, &clone);
+        }
         let mut file = OpenOptions::new().write(true).create_new(true).open(&probe)?;
         // More than one block, so that no filesystem keeps it inline.
         file.write_all(&[0x5a; 8192])?;

@@ -24,10 +24,29 @@ pub fn add_worktree(checkout: &Path, target: &Path, conversation: &str, repo: &s
     Ok(branch_name)
 }
 
-/// Forgets the worktree in the registered repository. The working directory itself is
-/// removed by the caller; the branch, which may hold the agent's commits, is kept.
-pub fn remove_worktree(checkout: &Path, conversation: &str, repo: &str) -> Result<(), WorktreeError> {
+/// Undoes a provisioning that failed: the worktree entry, and the branch if it still
+/// points where it was made (nobody has committed on it).
+pub fn undo_worktree(checkout: &Path, conversation: &str, repo: &str) -> Result<(), WorktreeError> {
+    remove_worktree(checkout, conversation, repo)?;
     let repository = Repository::open(checkout)?;
+    let head = repository.head()?.peel_to_commit()?.id();
+    if let Ok(mut branch) = repository.find_branch(&format!("cc/{conversation}"), git2::BranchType::Local)
+        && branch.get().target() == Some(head)
+    {
+        branch.delete()?;
+    }
+    Ok(())
+}
+
+/// Forgets the worktree in the registered repository. The working directory itself is
+/// removed by the caller; the branch, which may hold the agent's commits, is kept. A
+/// repository that is gone, or a worktree it no longer knows, is already forgotten.
+pub fn remove_worktree(checkout: &Path, conversation: &str, repo: &str) -> Result<(), WorktreeError> {
+    let repository = match Repository::open(checkout) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
     let worktree = match repository.find_worktree(&worktree_name(conversation, repo)) {
         Ok(w) => w,
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
