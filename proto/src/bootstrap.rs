@@ -29,6 +29,9 @@ pub struct Bootstrap {
     pub peers: BTreeMap<String, PeerSecret>,
     /// The supervisor's pid: a helper whose parent is not this process exits.
     pub supervisor_pid: u32,
+    /// Helper-specific settings (sandboxd: "sandbox" = auto|native|off, "bwrap" = path).
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +85,7 @@ mod tests {
             log_format: LogFormat::Json,
             peers: BTreeMap::from([("supervisor".to_owned(), PeerSecret::generate().unwrap())]),
             supervisor_pid: 1,
+            options: BTreeMap::new(),
         }
     }
 

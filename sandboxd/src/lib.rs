@@ -1,19 +1,61 @@
-//! cc-sandboxd: the one helper that may keep privileges. It will build envelopes and launch every
-//! process that runs agent code; for now it serves health and its status.
+//! cc-sandboxd: the one helper that may keep privileges. It turns a run policy into an
+//! envelope (a bubblewrap argv on Linux) and launches every process that runs agent
+//! code inside it, under our init ([`init`]), with a sanitized environment
+//! ([`environment`]), and reports what the envelope refused ([`violations`]).
 #![forbid(unsafe_code)]
 
+pub mod bwrap;
 pub mod environment;
+pub mod init;
+pub mod launch;
+pub mod policy;
+pub mod probe;
+pub mod protect;
+pub mod seccomp;
+pub mod system;
+pub mod violations;
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
+use cc_proto::sandboxd::v1 as pb;
 use cc_proto::sandboxd::v1::sandboxd_server::{Sandboxd, SandboxdServer};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+
+use crate::launch::{Launcher, Runs};
+use crate::policy::RunPolicy;
+use crate::probe::{Backend, ProbeResult, SandboxChoice};
 
 pub const SPEC: HelperSpec = HelperSpec { name: "sandboxd", capabilities: CapabilityPolicy::Keep };
 
 pub struct SandboxdService {
     context: HelperContext,
+    launcher: Arc<Launcher>,
+    runs: Arc<Runs>,
+}
+
+impl SandboxdService {
+    pub fn new(context: &HelperContext) -> Self {
+        let options = &context.bootstrap.options;
+        let choice = options.get("sandbox").and_then(|s| s.parse().ok()).unwrap_or(SandboxChoice::Auto);
+        let bwrap = options.get("bwrap").map(PathBuf::from);
+        let probe = probe::probe(choice, bwrap.as_deref());
+        tracing::info!(probe = %probe.line(), "sandboxd probe");
+        let runs = Arc::new(Runs::default());
+        let launcher = Arc::new(Launcher::new(probe, runs.clone()));
+        Self { context: context.clone(), launcher, runs }
+    }
+}
+
+fn backend(probe: &ProbeResult) -> i32 {
+    match probe.backend {
+        Backend::Native => pb::Backend::Native as i32,
+        Backend::None => pb::Backend::None as i32,
+    }
 }
 
 #[tonic::async_trait]
@@ -21,8 +63,48 @@ impl Sandboxd for SandboxdService {
     async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
         Ok(Response::new(self.context.status()))
     }
+
+    async fn get_probe(&self, _request: Request<pb::GetProbeRequest>) -> Result<Response<pb::Probe>, Status> {
+        let probe = self.launcher.probe();
+        Ok(Response::new(pb::Probe { backend: backend(probe), detail: probe.detail.clone() }))
+    }
+
+    async fn register_run(&self, request: Request<pb::RunPolicy>) -> Result<Response<pb::RegisterRunResponse>, Status> {
+        let proto = request.into_inner();
+        let policy = tokio::task::spawn_blocking(move || RunPolicy::from_proto(&proto))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.runs.register(policy);
+        Ok(Response::new(pb::RegisterRunResponse {}))
+    }
+
+    async fn unregister_run(
+        &self,
+        request: Request<pb::UnregisterRunRequest>,
+    ) -> Result<Response<pb::UnregisterRunResponse>, Status> {
+        let run_id = request.into_inner().run_id;
+        let killed =
+            self.runs.unregister(&run_id).ok_or_else(|| Status::not_found(format!("no run {:?}", short(&run_id))))?;
+        Ok(Response::new(pb::UnregisterRunResponse { killed }))
+    }
+
+    type LaunchStream = ReceiverStream<Result<pb::LaunchEvent, Status>>;
+
+    async fn launch(&self, request: Request<pb::LaunchRequest>) -> Result<Response<Self::LaunchStream>, Status> {
+        let stream = self.launcher.clone().launch(request.into_inner()).await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
+        Ok(Response::new(self.launcher.explain(request.into_inner())?))
+    }
+}
+
+pub(crate) fn short(text: &str) -> String {
+    text.chars().take(64).collect()
 }
 
 pub fn service(context: &HelperContext) -> SandboxdServer<SandboxdService> {
-    SandboxdServer::new(SandboxdService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES)
+    SandboxdServer::new(SandboxdService::new(context)).max_decoding_message_size(MAX_MESSAGE_BYTES)
 }

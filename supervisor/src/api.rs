@@ -21,7 +21,7 @@ use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
 use crate::convert;
 use crate::events::EventLog;
 use crate::helpers::{Helper, HelperError, HelperSet, SUPERVISOR_PEER, Snapshot};
-use crate::probe::{Backend, ProbeResult};
+use cc_sandboxd::probe::{Backend, ProbeResult};
 
 /// How long a live status check may take per helper.
 const HELPER_CHECK_TIMEOUT: Duration = Duration::from_millis(500);

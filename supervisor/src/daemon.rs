@@ -25,9 +25,9 @@ use crate::events::EventLog;
 use crate::helpers::{HELPER_NAMES, HelperLaunch, HelperSet, SuperviseEnv};
 use crate::lock::{DataDirLock, LockError};
 use crate::paths::{DataDir, DataDirError};
-use crate::probe::{self, Backend, SandboxChoice};
 use crate::sd_notify;
 use crate::store::{Store, StoreError};
+use cc_sandboxd::probe::{self, Backend, SandboxChoice};
 
 /// How long open client streams may delay shutdown.
 const API_DRAIN: Duration = Duration::from_secs(1);
@@ -127,6 +127,12 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         Some(dir) => dir.clone(),
         None => default_helper_dir().map_err(StartError::HelperDir)?,
     };
+    // sandboxd probes for itself, with the same choice and bubblewrap.
+    let mut sandboxd_options = std::collections::BTreeMap::new();
+    sandboxd_options.insert("sandbox".to_owned(), options.sandbox.as_str().to_owned());
+    if let Some(bwrap) = &config.sandbox.bwrap {
+        sandboxd_options.insert("bwrap".to_owned(), bwrap.display().to_string());
+    }
     let launches = HELPER_NAMES
         .iter()
         .map(|&name| {
@@ -138,6 +144,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                     .unwrap_or_else(|| helper_dir.join(format!("cc-{name}"))),
                 args: configured.map(|c| c.args.clone()).unwrap_or_default(),
                 socket: data.helper_socket(name),
+                options: if name == "sandboxd" { sandboxd_options.clone() } else { Default::default() },
             }
         })
         .collect();

@@ -41,6 +41,8 @@ pub struct HelperLaunch {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub socket: PathBuf,
+    /// Passed in the bootstrap's `options`.
+    pub options: std::collections::BTreeMap<String, String>,
 }
 
 /// What the supervisor knows about a helper right now.
@@ -405,6 +407,7 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFail
         log_format: env.log_format,
         peers: [(SUPERVISOR_PEER.to_owned(), secret)].into(),
         supervisor_pid: std::process::id(),
+        options: launch.options.clone(),
     };
     let mut command = Command::new(&launch.program);
     command

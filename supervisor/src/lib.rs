@@ -19,7 +19,6 @@ pub mod install;
 pub mod lock;
 pub mod names;
 pub mod paths;
-pub mod probe;
 pub mod registry;
 pub mod sd_notify;
 pub mod store;

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use cc_proto::helper::Shutdown;
 use cc_proto::logging::{self, LogFormat};
+use cc_sandboxd::probe::SandboxChoice;
 use cc_supervisor::daemon::{self, DaemonOptions};
-use cc_supervisor::probe::SandboxChoice;
 use clap::Parser;
 
 /// The Control Center supervisor: spawns and supervises cc-sandboxd, cc-broker and
@@ -21,7 +21,7 @@ struct Args {
     #[arg(long)]
     config: Option<PathBuf>,
     /// OS sandbox backend: auto (native when the probe passes), native (or refuse to start), off
-    #[arg(long, value_enum, default_value_t = SandboxChoice::Auto)]
+    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(SandboxChoice))]
     sandbox: SandboxChoice,
     /// Log format on stderr: text or json
     #[arg(long, default_value = "text", value_parser = clap::value_parser!(LogFormat))]

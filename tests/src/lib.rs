@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fs;
+pub mod sandbox;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;

@@ -1,13 +1,14 @@
 //! The sandbox backend probe: a real test launch of bubblewrap, not a look at PATH.
 //!
-//! The result feeds the startup line and, later, both dispatch seams (CLI agents and
-//! the harness/ACP wrapper) from one place.
+//! sandboxd owns it (its envelopes need the bwrap that passed); the supervisor runs
+//! the same probe for its startup line. The result feeds, later, both dispatch seams
+//! (CLI agents and the harness/ACP wrapper) from one place.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// What the person asked for with `--sandbox`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxChoice {
     /// Native when the probe succeeds, none otherwise (said on the startup line).
     #[default]
@@ -16,6 +17,28 @@ pub enum SandboxChoice {
     Native,
     /// No OS envelope.
     Off,
+}
+
+impl SandboxChoice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Native => "native",
+            Self::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for SandboxChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "native" => Ok(Self::Native),
+            "off" => Ok(Self::Off),
+            other => Err(format!("unknown sandbox backend {other:?} (expected auto, native or off)")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

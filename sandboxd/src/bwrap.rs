@@ -1,0 +1,323 @@
+//! The Linux envelope: a bubblewrap argv computed from a run policy (DESIGN.md §5).
+//! Pure: the host's facts come in as a [`SystemView`] and a list of protected paths,
+//! so that every envelope is tested without launching it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::policy::RunPolicy;
+use crate::system::{SystemEntry, SystemView};
+
+/// Where our init is bound inside every envelope.
+pub const INIT_INSIDE: &str = "/run/cc/init";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Claude Code and ACP: agent work RW, agent config RO, repos RW, attachments RO.
+    Overlay,
+    /// The harness bash: only the run's working directory RW.
+    HarnessBash,
+}
+
+/// What one launch needs besides the policy.
+pub struct Envelope<'a> {
+    pub policy: &'a RunPolicy,
+    pub kind: Kind,
+    pub system: &'a SystemView,
+    /// Existing code-execution vectors inside writable roots (`.git/hooks`, `.git/config`,
+    /// rc files): bound read-only after everything else.
+    pub protected: &'a [PathBuf],
+    /// The host path of the cc-sandboxd binary (our init).
+    pub init: &'a Path,
+    pub env: &'a BTreeMap<String, String>,
+    pub argv: &'a [OsString],
+}
+
+/// The roots a kind makes writable, and those it shows read-only.
+pub fn roots(policy: &RunPolicy, kind: Kind) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    match kind {
+        Kind::HarnessBash => (vec![policy.work_dir.clone()], vec![]),
+        Kind::Overlay => {
+            let writable: Vec<PathBuf> =
+                [policy.agent_work.clone(), policy.repos.clone()].into_iter().flatten().collect();
+            let readonly: Vec<PathBuf> =
+                [policy.agent_config.clone(), policy.attachments.clone()].into_iter().flatten().collect();
+            (writable, readonly)
+        }
+    }
+}
+
+/// HOME inside the envelope.
+pub fn home(policy: &RunPolicy, kind: Kind) -> PathBuf {
+    match kind {
+        Kind::HarnessBash => policy.work_dir.clone(),
+        Kind::Overlay => policy.home().to_owned(),
+    }
+}
+
+impl Envelope<'_> {
+    pub fn bwrap_args(&self) -> Vec<OsString> {
+        let mut a = Args::default();
+        a.flags(&[
+            "--new-session",
+            "--die-with-parent",
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-net",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--as-pid-1",
+            "--clearenv",
+        ]);
+        for (name, value) in self.env {
+            a.flag("--setenv").arg(name).arg(value);
+        }
+        // A read-only view of the system, its secrets masked.
+        for entry in &self.system.entries {
+            match entry {
+                SystemEntry::Dir(dir) => a.bind("--ro-bind", dir, dir),
+                SystemEntry::Symlink { link, target } => {
+                    a.flag("--symlink").arg(target).arg(link);
+                }
+            }
+        }
+        for file in &self.system.secret_files {
+            a.bind("--ro-bind", Path::new("/dev/null"), file);
+        }
+        for dir in &self.system.secret_dirs {
+            a.flag("--tmpfs").arg(dir).flag("--remount-ro").arg(dir);
+        }
+        a.flag("--proc").arg("/proc").flag("--dev").arg("/dev").flag("--tmpfs").arg("/tmp").flag("--tmpfs").arg("/run");
+
+        // The kind's roots, then, last, everything inside them that must stay read-only.
+        let (writable, readonly) = roots(self.policy, self.kind);
+        // bubblewrap creates the directories leading to each bind. Under the fresh
+        // /tmp they would be writable scratch that looks like the host's paths: each
+        // such tree gets a tmpfs of its own, made read-only once the binds are in.
+        let skeletons = tmp_skeletons(writable.iter().chain(&readonly));
+        for top in &skeletons {
+            a.flag("--tmpfs").arg(top);
+        }
+        for root in &writable {
+            a.bind("--bind", root, root);
+        }
+        for root in &readonly {
+            a.bind("--ro-bind", root, root);
+        }
+        let inside_writable = |p: &Path| writable.iter().any(|root| p.starts_with(root));
+        let mut last: Vec<&PathBuf> = self.protected.iter().chain(&self.policy.write_deny).collect();
+        last.sort();
+        last.dedup();
+        for path in last {
+            // A path outside every writable root is not visible at all, which is
+            // stronger than read-only; binding it would make it appear.
+            if inside_writable(path) {
+                a.bind("--ro-bind", path, path);
+            }
+        }
+        a.bind("--ro-bind", self.init, Path::new(INIT_INSIDE));
+        // Nothing outside the roots, /tmp and /dev is writable: not the paths leading to
+        // the roots, and not the root filesystem itself.
+        for top in &skeletons {
+            a.flag("--remount-ro").arg(top);
+        }
+        a.flag("--remount-ro").arg("/");
+        a.flag("--chdir").arg(&self.policy.work_dir);
+        a.flag("--").arg(INIT_INSIDE).arg("init").arg("--");
+        for arg in self.argv {
+            a.arg(arg);
+        }
+        a.0
+    }
+}
+
+/// The first directory below /tmp of every root under /tmp.
+fn tmp_skeletons<'a>(roots: impl Iterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
+    let mut tops: Vec<PathBuf> = roots
+        .filter_map(|root| {
+            let below = root.strip_prefix("/tmp").ok()?;
+            let first = below.components().next()?;
+            Some(Path::new("/tmp").join(first))
+        })
+        .collect();
+    tops.sort();
+    tops.dedup();
+    tops
+}
+
+#[derive(Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn flag(&mut self, flag: &str) -> &mut Self {
+        self.0.push(flag.into());
+        self
+    }
+    fn flags(&mut self, flags: &[&str]) {
+        self.0.extend(flags.iter().map(OsString::from));
+    }
+    fn arg(&mut self, arg: impl Into<OsString>) -> &mut Self {
+        self.0.push(arg.into());
+        self
+    }
+    fn bind(&mut self, how: &str, from: &Path, to: &Path) {
+        self.flag(how).arg(from).arg(to);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> RunPolicy {
+        RunPolicy {
+            run_id: "r1".into(),
+            agent_work: Some("/d/conversations/c1/agents/a/work".into()),
+            agent_config: Some("/d/conversations/c1/agents/a/config".into()),
+            repos: Some("/d/conversations/c1/repos".into()),
+            attachments: None,
+            work_dir: "/d/conversations/c1/repos/demo".into(),
+            write_deny: vec!["/home/me/src/demo".into(), "/d/conversations/c1/repos/demo/.git/config".into()],
+            env: BTreeMap::new(),
+        }
+    }
+
+    fn view() -> SystemView {
+        SystemView {
+            entries: vec![
+                SystemEntry::Dir("/usr".into()),
+                SystemEntry::Symlink { link: "/bin".into(), target: "usr/bin".into() },
+                SystemEntry::Dir("/etc".into()),
+            ],
+            secret_files: vec!["/etc/shadow".into()],
+            secret_dirs: vec!["/etc/ssh".into()],
+        }
+    }
+
+    fn args(kind: Kind, protected: &[PathBuf]) -> Vec<String> {
+        let p = policy();
+        let v = view();
+        let env = BTreeMap::from([("HOME".to_owned(), "/w".to_owned())]);
+        let argv = vec![OsString::from("sh"), OsString::from("-c"), OsString::from("echo hi")];
+        let e = Envelope {
+            policy: &p,
+            kind,
+            system: &v,
+            protected,
+            init: Path::new("/opt/cc/cc-sandboxd"),
+            env: &env,
+            argv: &argv,
+        };
+        e.bwrap_args().into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    fn position(args: &[String], window: &[&str]) -> Option<usize> {
+        args.windows(window.len()).position(|w| w.iter().zip(window).all(|(a, b)| a == b))
+    }
+
+    #[test]
+    fn isolation_flags_come_first() {
+        let a = args(Kind::HarnessBash, &[]);
+        for flag in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--new-session",
+            "--die-with-parent",
+            "--as-pid-1",
+            "--clearenv",
+        ] {
+            assert!(a.contains(&flag.to_owned()), "{flag}");
+        }
+        assert!(position(&a, &["--cap-drop", "ALL"]).is_some());
+        assert!(!a.iter().any(|x| x == "--share-net" || x == "--unshare-user-try"));
+    }
+
+    #[test]
+    fn harness_bash_binds_only_the_working_directory() {
+        let a = args(Kind::HarnessBash, &[]);
+        let writable: Vec<_> =
+            a.iter().enumerate().filter(|(_, x)| *x == "--bind").map(|(i, _)| a[i + 1].clone()).collect();
+        assert_eq!(writable, ["/d/conversations/c1/repos/demo"]);
+        assert!(!a.iter().any(|x| x.contains("/agents/a/config")));
+    }
+
+    #[test]
+    fn overlay_binds_its_four_roots_with_the_right_modes() {
+        let a = args(Kind::Overlay, &[]);
+        assert!(
+            position(&a, &["--bind", "/d/conversations/c1/agents/a/work", "/d/conversations/c1/agents/a/work"])
+                .is_some()
+        );
+        assert!(position(&a, &["--bind", "/d/conversations/c1/repos", "/d/conversations/c1/repos"]).is_some());
+        assert!(
+            position(&a, &["--ro-bind", "/d/conversations/c1/agents/a/config", "/d/conversations/c1/agents/a/config"])
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn write_deny_and_protected_paths_come_last_and_only_inside_writable_roots() {
+        let hooks = PathBuf::from("/d/conversations/c1/repos/demo/.git/hooks");
+        let a = args(Kind::Overlay, std::slice::from_ref(&hooks));
+        let last_writable = a.iter().rposition(|x| x == "--bind").unwrap();
+        let hooks_at = position(&a, &["--ro-bind", hooks.to_str().unwrap(), hooks.to_str().unwrap()]).unwrap();
+        let config_at = position(
+            &a,
+            &["--ro-bind", "/d/conversations/c1/repos/demo/.git/config", "/d/conversations/c1/repos/demo/.git/config"],
+        )
+        .unwrap();
+        assert!(hooks_at > last_writable && config_at > last_writable);
+        // The registered checkout is outside every root: not bound, so not visible at all.
+        assert!(!a.iter().any(|x| x == "/home/me/src/demo"));
+    }
+
+    #[test]
+    fn system_view_is_read_only_and_secrets_are_masked() {
+        let a = args(Kind::HarnessBash, &[]);
+        assert!(position(&a, &["--ro-bind", "/usr", "/usr"]).is_some());
+        assert!(position(&a, &["--symlink", "usr/bin", "/bin"]).is_some());
+        assert!(position(&a, &["--ro-bind", "/dev/null", "/etc/shadow"]).is_some());
+        assert!(position(&a, &["--tmpfs", "/etc/ssh", "--remount-ro", "/etc/ssh"]).is_some());
+        assert!(!a.iter().any(|x| x.starts_with("/home") || x == "/root"));
+    }
+
+    #[test]
+    fn paths_leading_to_roots_under_tmp_are_read_only() {
+        let mut p = policy();
+        p.work_dir = "/tmp/t1/data/repos/demo".into();
+        let v = view();
+        let env = BTreeMap::new();
+        let argv = vec![OsString::from("true")];
+        let e = Envelope {
+            policy: &p,
+            kind: Kind::HarnessBash,
+            system: &v,
+            protected: &[],
+            init: Path::new("/i"),
+            env: &env,
+            argv: &argv,
+        };
+        let a: Vec<String> = e.bwrap_args().into_iter().map(|x| x.into_string().unwrap()).collect();
+        let tmpfs = position(&a, &["--tmpfs", "/tmp/t1"]).unwrap();
+        let bind = position(&a, &["--bind", "/tmp/t1/data/repos/demo", "/tmp/t1/data/repos/demo"]).unwrap();
+        let remount = position(&a, &["--remount-ro", "/tmp/t1"]).unwrap();
+        assert!(tmpfs < bind && bind < remount);
+        assert!(position(&a, &["--remount-ro", "/"]).unwrap() > bind);
+    }
+
+    #[test]
+    fn the_command_runs_under_our_init() {
+        let a = args(Kind::HarnessBash, &[]);
+        let tail = &a[a.iter().position(|x| x == "--").unwrap()..];
+        assert_eq!(tail, ["--", INIT_INSIDE, "init", "--", "sh", "-c", "echo hi"]);
+        assert!(position(&a, &["--ro-bind", "/opt/cc/cc-sandboxd", INIT_INSIDE]).is_some());
+        assert!(position(&a, &["--chdir", "/d/conversations/c1/repos/demo"]).is_some());
+    }
+}

@@ -1,0 +1,295 @@
+//! Registered runs and launches: the only place a process that runs agent code starts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cc_proto::sandboxd::v1 as pb;
+use cc_proto::sandboxd::v1::launch_event::Event;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use crate::bwrap::{self, Envelope, Kind};
+use crate::policy::RunPolicy;
+use crate::probe::{Backend, ProbeResult};
+use crate::system::SystemView;
+use crate::violations::{Deduplicator, scan_line};
+use crate::{environment, protect, short};
+
+/// At most this much argv, in bytes.
+const MAX_ARGV_BYTES: usize = 1 << 20;
+/// Violation reports per launch, at most.
+const MAX_VIOLATIONS: usize = 64;
+
+#[derive(Default)]
+pub struct Runs {
+    inner: Mutex<HashMap<String, RunEntry>>,
+}
+
+struct RunEntry {
+    policy: Arc<RunPolicy>,
+    /// Process-group leaders of the run's live launches.
+    groups: HashSet<u32>,
+}
+
+impl Runs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunEntry>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers or replaces a run's policy; its live processes keep running.
+    pub fn register(&self, policy: RunPolicy) {
+        let mut runs = self.lock();
+        let groups = runs.remove(&policy.run_id).map(|e| e.groups).unwrap_or_default();
+        runs.insert(policy.run_id.clone(), RunEntry { policy: Arc::new(policy), groups });
+    }
+
+    pub fn policy(&self, run_id: &str) -> Option<Arc<RunPolicy>> {
+        self.lock().get(run_id).map(|e| e.policy.clone())
+    }
+
+    /// Kills every live process of the run and forgets it; `None` for an unknown run.
+    pub fn unregister(&self, run_id: &str) -> Option<u32> {
+        let entry = self.lock().remove(run_id)?;
+        for group in &entry.groups {
+            kill_group(*group);
+        }
+        Some(entry.groups.len() as u32)
+    }
+
+    fn add(&self, run_id: &str, group: u32) -> bool {
+        match self.lock().get_mut(run_id) {
+            Some(e) => e.groups.insert(group),
+            None => false,
+        }
+    }
+
+    fn remove(&self, run_id: &str, group: u32) {
+        if let Some(e) = self.lock().get_mut(run_id) {
+            e.groups.remove(&group);
+        }
+    }
+}
+
+fn kill_group(group: u32) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group as i32), nix::sys::signal::Signal::SIGKILL);
+}
+
+pub struct Launcher {
+    probe: ProbeResult,
+    system: SystemView,
+    init: PathBuf,
+    runs: Arc<Runs>,
+}
+
+/// Everything a launch or an explanation is computed from.
+struct Prepared {
+    policy: Arc<RunPolicy>,
+    kind: Kind,
+    argv: Vec<OsString>,
+    env: BTreeMap<String, String>,
+}
+
+impl Launcher {
+    pub fn new(probe: ProbeResult, runs: Arc<Runs>) -> Self {
+        let init = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+        Self { probe, system: SystemView::discover(), init, runs }
+    }
+
+    pub fn probe(&self) -> &ProbeResult {
+        &self.probe
+    }
+
+    fn prepare(&self, run_id: &str, kind: i32, argv: &[Vec<u8>]) -> Result<Prepared, Status> {
+        let policy =
+            self.runs.policy(run_id).ok_or_else(|| Status::not_found(format!("no run {:?}", short(run_id))))?;
+        let kind = match pb::DispatchKind::try_from(kind) {
+            Ok(pb::DispatchKind::Overlay) => Kind::Overlay,
+            Ok(pb::DispatchKind::HarnessBash) => Kind::HarnessBash,
+            _ => return Err(Status::invalid_argument(format!("unknown dispatch kind {kind}"))),
+        };
+        if argv.is_empty() || argv[0].is_empty() {
+            return Err(Status::invalid_argument("argv is empty"));
+        }
+        if argv.iter().any(|a| a.contains(&0)) {
+            return Err(Status::invalid_argument("an argument contains a NUL byte"));
+        }
+        if argv.iter().map(Vec::len).sum::<usize>() > MAX_ARGV_BYTES {
+            return Err(Status::invalid_argument("argv is over 1 MiB"));
+        }
+        let argv: Vec<OsString> = argv.iter().map(|a| OsStr::from_bytes(a).to_owned()).collect();
+        let home = bwrap::home(&policy, kind);
+        let inherited: Vec<(String, String)> = std::env::vars().collect();
+        let env = environment::build(
+            inherited.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            policy.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &home.to_string_lossy(),
+        );
+        Ok(Prepared { policy, kind, argv, env })
+    }
+
+    fn envelope_args(&self, p: &Prepared, create: bool) -> Vec<OsString> {
+        let (writable, _) = bwrap::roots(&p.policy, p.kind);
+        let protected = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create);
+        Envelope {
+            policy: &p.policy,
+            kind: p.kind,
+            system: &self.system,
+            protected: &protected,
+            init: &self.init,
+            env: &p.env,
+            argv: &p.argv,
+        }
+        .bwrap_args()
+    }
+
+    pub fn explain(&self, request: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
+        let p = self.prepare(&request.run_id, request.kind, &request.argv)?;
+        let argv = match self.probe.backend {
+            Backend::Native => {
+                let mut all = vec![self.probe.bwrap.clone().unwrap_or_default().into_os_string()];
+                all.extend(self.envelope_args(&p, false));
+                all
+            }
+            Backend::None => p.argv.clone(),
+        };
+        Ok(pb::ExplainResponse {
+            backend: match self.probe.backend {
+                Backend::Native => pb::Backend::Native as i32,
+                Backend::None => pb::Backend::None as i32,
+            },
+            argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            env: p.env.into_iter().collect(),
+        })
+    }
+
+    pub async fn launch(
+        self: Arc<Self>,
+        request: pb::LaunchRequest,
+    ) -> Result<ReceiverStream<Result<pb::LaunchEvent, Status>>, Status> {
+        let prepared = {
+            let this = self.clone();
+            let r = request.clone();
+            tokio::task::spawn_blocking(move || {
+                this.prepare(&r.run_id, r.kind, &r.argv).map(|p| {
+                    let args = (this.probe.backend == Backend::Native).then(|| this.envelope_args(&p, true));
+                    (p, args)
+                })
+            })
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??
+        };
+        let (p, envelope) = prepared;
+        let native = envelope.is_some();
+        let mut command = match envelope {
+            Some(args) => {
+                let bwrap =
+                    self.probe.bwrap.clone().ok_or_else(|| Status::internal("the native backend has no bubblewrap"))?;
+                let mut c = tokio::process::Command::new(bwrap);
+                c.args(args).env_clear();
+                c
+            }
+            None => {
+                let mut c = tokio::process::Command::new(&p.argv[0]);
+                c.args(&p.argv[1..]).env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
+                c
+            }
+        };
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+        let mut child =
+            command.spawn().map_err(|e| Status::failed_precondition(format!("cannot start the launch: {e}")))?;
+        let group = child.id().unwrap_or(0);
+        let run_id = request.run_id.clone();
+        if !self.runs.add(&run_id, group) {
+            kill_group(group);
+            return Err(Status::not_found(format!("run {:?} ended while launching", short(&run_id))));
+        }
+        let (tx, rx) = mpsc::channel(64);
+        let runs = self.runs.clone();
+        tokio::spawn(async move {
+            let send = |event: Event| {
+                let tx = tx.clone();
+                async move { tx.send(Ok(pb::LaunchEvent { event: Some(event) })).await.is_ok() }
+            };
+            send(Event::Envelope(if native { "native" } else { "unwrapped" }.to_owned())).await;
+            let stdout = child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), false, false)));
+            let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), true, native)));
+            let limit = request.timeout_seconds;
+            let timeout = async {
+                if limit == 0 {
+                    std::future::pending::<()>().await
+                } else {
+                    tokio::time::sleep(Duration::from_secs(u64::from(limit))).await
+                }
+            };
+            let (status, timed_out) = tokio::select! {
+                status = child.wait() => (status.ok(), false),
+                _ = timeout => {
+                    kill_group(group);
+                    (child.wait().await.ok(), true)
+                }
+                _ = tx.closed() => {
+                    kill_group(group);
+                    (child.wait().await.ok(), false)
+                }
+            };
+            // Nothing of the launch outlives it: in an envelope our init's exit already
+            // ended its pid namespace; unwrapped, the process group goes now.
+            kill_group(group);
+            for reader in [stdout, stderr].into_iter().flatten() {
+                let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+            }
+            runs.remove(&run_id, group);
+            use std::os::unix::process::ExitStatusExt;
+            let exit =
+                pb::Exit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()), timed_out };
+            send(Event::Exit(exit)).await;
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}
+
+/// Forwards a pipe as chunks; stderr of an envelope is also scanned for violations.
+async fn forward(
+    mut pipe: impl AsyncRead + Unpin,
+    tx: mpsc::Sender<Result<pb::LaunchEvent, Status>>,
+    is_stderr: bool,
+    scan: bool,
+) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut partial: Vec<u8> = Vec::new();
+    let mut dedup = Deduplicator::new(MAX_VIOLATIONS);
+    loop {
+        let n = match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = buffer[..n].to_vec();
+        let event = if is_stderr { Event::Stderr(chunk.clone()) } else { Event::Stdout(chunk.clone()) };
+        if tx.send(Ok(pb::LaunchEvent { event: Some(event) })).await.is_err() {
+            return;
+        }
+        if scan {
+            partial.extend_from_slice(&chunk);
+            while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = partial.drain(..=end).collect();
+                if let Some(v) = scan_line(&String::from_utf8_lossy(&line))
+                    && dedup.admit(&v)
+                    && tx.send(Ok(pb::LaunchEvent { event: Some(Event::Violation(v)) })).await.is_err()
+                {
+                    return;
+                }
+            }
+            // A line longer than the buffer is scanned in pieces rather than hoarded.
+            if partial.len() > 64 * 1024 {
+                partial.clear();
+            }
+        }
+    }
+}

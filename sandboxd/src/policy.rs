@@ -1,0 +1,154 @@
+//! A run's policy, as sandboxd keeps it: every path resolved once and checked.
+//! Envelopes are computed from this alone; a caller never passes a bind list.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use cc_proto::sandboxd::v1 as pb;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPolicy {
+    pub run_id: String,
+    pub agent_work: Option<PathBuf>,
+    pub agent_config: Option<PathBuf>,
+    pub repos: Option<PathBuf>,
+    pub attachments: Option<PathBuf>,
+    pub work_dir: PathBuf,
+    pub write_deny: Vec<PathBuf>,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyError {
+    #[error("run id {0:?} must be 1 to 64 letters, digits, '-' or '_'")]
+    BadRunId(String),
+    #[error("{field} {path:?} must be an absolute path without NUL bytes")]
+    NotAbsolute { field: &'static str, path: String },
+    #[error("{field} {path} does not exist or cannot be resolved: {reason}")]
+    Unresolvable { field: &'static str, path: PathBuf, reason: String },
+    #[error(
+        "{field} {path} goes through a symlink (to {resolved}): give the resolved path; a root is never widened to a link's target"
+    )]
+    CrossesSymlink { field: &'static str, path: PathBuf, resolved: PathBuf },
+    #[error("{field} {path} is not a directory")]
+    NotADirectory { field: &'static str, path: PathBuf },
+    #[error("work_dir is required")]
+    NoWorkDir,
+}
+
+fn path_of(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let path = Path::new(OsStr::from_bytes(bytes));
+    if bytes.contains(&0) || !path.is_absolute() || bytes.len() > 4096 {
+        return Err(PolicyError::NotAbsolute {
+            field,
+            path: String::from_utf8_lossy(bytes).chars().take(200).collect(),
+        });
+    }
+    Ok(Some(path.to_owned()))
+}
+
+/// A root that will be bound: it must exist, be a directory, and be its own resolved
+/// path (so that a symlink can never point a bind somewhere else).
+fn bind_root(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyError> {
+    let Some(path) = path_of(field, bytes)? else { return Ok(None) };
+    let resolved = std::fs::canonicalize(&path).map_err(|e| PolicyError::Unresolvable {
+        field,
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    if resolved != path {
+        return Err(PolicyError::CrossesSymlink { field, path, resolved });
+    }
+    if !resolved.is_dir() {
+        return Err(PolicyError::NotADirectory { field, path });
+    }
+    Ok(Some(resolved))
+}
+
+impl RunPolicy {
+    pub fn from_proto(p: &pb::RunPolicy) -> Result<Self, PolicyError> {
+        let id_ok = !p.run_id.is_empty()
+            && p.run_id.len() <= 64
+            && p.run_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !id_ok {
+            return Err(PolicyError::BadRunId(p.run_id.chars().take(64).collect()));
+        }
+        let mut write_deny = Vec::new();
+        for bytes in &p.write_deny {
+            // Both spellings: the path as given, and resolved.
+            if let Some(path) = path_of("write_deny", bytes)? {
+                if let Ok(resolved) = std::fs::canonicalize(&path)
+                    && resolved != path
+                {
+                    write_deny.push(resolved);
+                }
+                write_deny.push(path);
+            }
+        }
+        Ok(Self {
+            run_id: p.run_id.clone(),
+            agent_work: bind_root("agent_work", &p.agent_work)?,
+            agent_config: bind_root("agent_config", &p.agent_config)?,
+            repos: bind_root("repos", &p.repos)?,
+            attachments: bind_root("attachments", &p.attachments)?,
+            work_dir: bind_root("work_dir", &p.work_dir)?.ok_or(PolicyError::NoWorkDir)?,
+            write_deny,
+            env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        })
+    }
+
+    /// HOME inside the envelope: the agent's work dir, else the working directory.
+    pub fn home(&self) -> &Path {
+        self.agent_work.as_deref().unwrap_or(&self.work_dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proto(work: &Path) -> pb::RunPolicy {
+        pb::RunPolicy { run_id: "r1".into(), work_dir: work.as_os_str().as_bytes().to_vec(), ..Default::default() }
+    }
+
+    #[test]
+    fn resolves_and_checks_roots() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = std::fs::canonicalize(tmp.path()).unwrap();
+        let p = RunPolicy::from_proto(&proto(&work)).unwrap();
+        assert_eq!(p.work_dir, work);
+        assert_eq!(p.home(), work);
+
+        let link = work.join("link");
+        std::os::unix::fs::symlink("/etc", &link).unwrap();
+        assert!(matches!(RunPolicy::from_proto(&proto(&link)), Err(PolicyError::CrossesSymlink { .. })));
+        assert!(matches!(RunPolicy::from_proto(&proto(Path::new("relative"))), Err(PolicyError::NotAbsolute { .. })));
+        assert!(matches!(RunPolicy::from_proto(&proto(&work.join("missing"))), Err(PolicyError::Unresolvable { .. })));
+        let mut bad = proto(&work);
+        bad.work_dir = b"/tmp/a\0b".to_vec();
+        assert!(matches!(RunPolicy::from_proto(&bad), Err(PolicyError::NotAbsolute { .. })));
+        for id in ["", "../x", "a b", &"x".repeat(65)] {
+            let mut bad = proto(&work);
+            bad.run_id = id.into();
+            assert!(matches!(RunPolicy::from_proto(&bad), Err(PolicyError::BadRunId(_))), "{id:?}");
+        }
+    }
+
+    #[test]
+    fn write_deny_keeps_both_spellings() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir(work.join("real")).unwrap();
+        std::os::unix::fs::symlink(work.join("real"), work.join("alias")).unwrap();
+        let mut p = proto(&work);
+        p.write_deny = vec![work.join("alias").as_os_str().as_bytes().to_vec()];
+        let policy = RunPolicy::from_proto(&p).unwrap();
+        assert!(policy.write_deny.contains(&work.join("alias")));
+        assert!(policy.write_deny.contains(&work.join("real")));
+    }
+}

@@ -1,0 +1,114 @@
+//! cc-sandboxd under test, with this test process as its supervisor: the test holds
+//! the peer secret, so it drives sandboxd's real gRPC API.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use cc_proto::bootstrap::Bootstrap;
+use cc_proto::client::PresentSecret;
+use cc_proto::sandboxd::v1 as pb;
+use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
+use cc_proto::secret::PeerSecret;
+use tokio_stream::StreamExt;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+pub type Client = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
+
+pub struct Sandboxd {
+    child: Child,
+    pub socket: PathBuf,
+    secret: PeerSecret,
+    _tmp: tempfile::TempDir,
+}
+
+impl Sandboxd {
+    pub fn start(options: BTreeMap<String, String>, env: &[(&str, &str)]) -> Self {
+        let tmp = tempfile::Builder::new().prefix("cc-sbx-").tempdir().unwrap();
+        let socket = tmp.path().join("sock/sandboxd.sock");
+        let secret = PeerSecret::generate().unwrap();
+        let mut cmd = Command::new(crate::bin("cc-sandboxd"));
+        cmd.env_clear().env("PATH", "/usr/local/bin:/usr/bin:/bin").env("CC_LOG", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn cc-sandboxd");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "HELLO");
+        let bootstrap = Bootstrap {
+            name: "sandboxd".into(),
+            socket: socket.clone(),
+            data_dir: tmp.path().to_owned(),
+            log_format: cc_proto::logging::LogFormat::Text,
+            peers: [("supervisor".to_owned(), secret.clone())].into(),
+            supervisor_pid: std::process::id(),
+            options,
+        };
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&bootstrap.to_json_line()).unwrap();
+        drop(stdin);
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "READY", "sandboxd did not come up");
+        Self { child, socket, secret, _tmp: tmp }
+    }
+
+    pub async fn client(&self) -> Client {
+        let channel = cc_proto::client::connect(&self.socket).await.unwrap();
+        SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new("supervisor", &self.secret)))
+    }
+}
+
+impl Drop for Sandboxd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What one launch produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub envelope: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub violations: Vec<pb::Violation>,
+    pub exit: Option<pb::Exit>,
+}
+
+impl Outcome {
+    pub fn code(&self) -> Option<i32> {
+        self.exit.as_ref().and_then(|e| e.code)
+    }
+}
+
+pub async fn run(client: &mut Client, run_id: &str, kind: pb::DispatchKind, script: &str) -> Outcome {
+    let request = pb::LaunchRequest {
+        run_id: run_id.into(),
+        kind: kind as i32,
+        argv: vec![b"/bin/sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
+        timeout_seconds: 30,
+    };
+    let mut stream = client.launch(request).await.expect("launch").into_inner();
+    let mut out = Outcome::default();
+    while let Some(event) = stream.next().await {
+        match event.expect("launch event").event {
+            Some(pb::launch_event::Event::Envelope(e)) => out.envelope = e,
+            Some(pb::launch_event::Event::Stdout(b)) => out.stdout.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_event::Event::Stderr(b)) => out.stderr.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_event::Event::Violation(v)) => out.violations.push(v),
+            Some(pb::launch_event::Event::Exit(e)) => out.exit = Some(e),
+            None => {}
+        }
+    }
+    out
+}
+
+pub fn bytes(p: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str().as_bytes().to_vec()
+}

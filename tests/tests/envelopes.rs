@@ -1,0 +1,347 @@
+//! Native envelopes with real bubblewrap, driven through sandboxd's gRPC API
+//! (issue 4; ATTACKS.md 1–20). Each attack is tried for real, and the host is checked
+//! afterwards: files, processes, connections.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use cc_proto::sandboxd::v1 as pb;
+use cc_tests::fs::{make_checkout, snapshot};
+use cc_tests::sandbox::{Client, Sandboxd, bytes, run};
+
+const BASH: pb::DispatchKind = pb::DispatchKind::HarnessBash;
+const OVERLAY: pb::DispatchKind = pb::DispatchKind::Overlay;
+
+/// A conversation's layout next to the person's checkout and secrets.
+struct World {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    checkout: PathBuf,
+    checkout_link: PathBuf,
+    data: PathBuf,
+    repo: PathBuf,
+    agent_work: PathBuf,
+    agent_config: PathBuf,
+    secrets: PathBuf,
+}
+
+fn world() -> World {
+    let tmp = tempfile::Builder::new().prefix("cc-env-").tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let checkout = make_checkout(&root.join("checkout"));
+    let checkout_link = root.join("checkout-link");
+    std::os::unix::fs::symlink(&checkout, &checkout_link).unwrap();
+    let data = root.join("data");
+    let conversation = data.join("conversations/c1");
+    let repo = conversation.join("repos/demo");
+    std::fs::create_dir_all(repo.parent().unwrap()).unwrap();
+    let copied = std::process::Command::new("cp").arg("-a").arg(&checkout).arg(&repo).status().unwrap();
+    assert!(copied.success());
+    let agent_work = conversation.join("agents/a/work");
+    let agent_config = conversation.join("agents/a/config");
+    std::fs::create_dir_all(&agent_work).unwrap();
+    std::fs::create_dir_all(&agent_config).unwrap();
+    std::fs::write(agent_config.join("settings.json"), "{}").unwrap();
+    std::fs::write(data.join("state.db"), "the supervisor's state").unwrap();
+    let secrets = root.join("home");
+    std::fs::create_dir_all(secrets.join(".ssh")).unwrap();
+    std::fs::write(secrets.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
+    std::fs::create_dir_all(secrets.join(".aws")).unwrap();
+    std::fs::write(secrets.join(".aws/credentials"), "aws_secret_access_key=x").unwrap();
+    World { _tmp: tmp, root, checkout, checkout_link, data, repo, agent_work, agent_config, secrets }
+}
+
+fn policy(w: &World) -> pb::RunPolicy {
+    pb::RunPolicy {
+        run_id: "r1".into(),
+        agent_work: bytes(&w.agent_work),
+        agent_config: bytes(&w.agent_config),
+        repos: bytes(w.repo.parent().unwrap()),
+        attachments: vec![],
+        work_dir: bytes(&w.repo),
+        write_deny: vec![bytes(&w.checkout_link), bytes(&w.checkout)],
+        env: std::collections::HashMap::from([
+            ("HTTP_PROXY".to_owned(), "http://127.0.0.1:9".to_owned()),
+            ("LD_PRELOAD".to_owned(), "/tmp/evil.so".to_owned()),
+            ("OPENAI_API_KEY".to_owned(), "sk-live".to_owned()),
+            ("GIT_CONFIG_COUNT".to_owned(), "1".to_owned()),
+        ]),
+    }
+}
+
+/// sandboxd with the native backend, and `w` registered as run "r1".
+async fn native(w: &World, env: &[(&str, &str)]) -> Option<(Sandboxd, Client)> {
+    if !cc_tests::privileged("building envelopes with bubblewrap as root") {
+        return None;
+    }
+    let sbx = Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), env);
+    let mut client = sbx.client().await;
+    let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
+    assert_eq!(probe.backend, pb::Backend::Native as i32, "no native backend: {}", probe.detail);
+    client.register_run(policy(w)).await.expect("register the run");
+    Some((sbx, client))
+}
+
+fn q(p: &Path) -> String {
+    format!("'{}'", p.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_outside_the_roots_fail_and_the_host_is_unchanged() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let checkout_before = snapshot(&w.checkout);
+    let git_config_before = std::fs::read(w.repo.join(".git/config")).unwrap();
+    let targets = [
+        "/etc/cc-pwned".to_owned(),
+        "/usr/bin/cc-pwned".to_owned(),
+        "/root/cc-pwned".to_owned(),
+        format!("{}/cc-pwned", w.checkout.display()),
+        format!("{}//cc-pwned", w.checkout.display()),
+        format!("{}/./src/../cc-pwned", w.checkout.display()),
+        format!("{}/cc-pwned", w.checkout_link.display()),
+        format!("{}/README.md", w.checkout.display()),
+        format!("{}/../../../../checkout/cc-pwned", w.repo.display()),
+        format!("{}/cc-pwned", w.data.display()),
+        format!("{}/state.db", w.data.display()),
+        format!("{}/.ssh/authorized_keys", w.secrets.display()),
+        format!("{}/.git/hooks/pre-commit", w.repo.display()),
+        format!("{}/.git/config", w.repo.display()),
+        format!("{}/settings.json", w.agent_config.display()),
+        format!("{}/.bashrc", w.agent_work.display()),
+    ];
+    for kind in [BASH, OVERLAY] {
+        let mut script = String::new();
+        for t in &targets {
+            script.push_str(&format!("(echo pwned > '{t}') 2>/dev/null && echo \"WROTE {t}\"\n"));
+        }
+        // A symlink planted in the worktree, a dangling one, a hard link, a symlinked
+        // ancestor, a rename of a protected directory, and git's own config writer.
+        script.push_str(&format!(
+            "ln -s {co}/README.md link-in && (echo pwned > link-in) 2>/dev/null && echo WROTE link-in\n\
+             ln -s {co}/not-yet cc-dangling && (echo pwned > cc-dangling) 2>/dev/null && echo WROTE cc-dangling\n\
+             ln {co}/README.md hard 2>/dev/null && echo WROTE hardlink\n\
+             ln -s {co} anc && mkdir -p anc/new/dir 2>/dev/null && echo WROTE ancestor\n\
+             mv .git/hooks .git/hooks-away 2>/dev/null && echo WROTE rename\n\
+             git config core.hooksPath /tmp 2>/dev/null && echo WROTE git-config\n\
+             rm -f link-in cc-dangling anc\n",
+            co = q(&w.checkout)
+        ));
+        let out = run(&mut client, "r1", kind, &script).await;
+        assert_eq!(out.envelope, "native");
+        assert!(!out.stdout.contains("WROTE"), "{kind:?} escaped:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    }
+    assert_eq!(snapshot(&w.checkout), checkout_before, "the registered checkout changed");
+    assert_eq!(std::fs::read(w.repo.join(".git/config")).unwrap(), git_config_before);
+    assert!(!w.repo.join(".git/hooks/pre-commit").exists());
+    assert_eq!(std::fs::read_to_string(w.data.join("state.db")).unwrap(), "the supervisor's state");
+    assert!(!Path::new("/etc/cc-pwned").exists() && !Path::new("/root/cc-pwned").exists());
+    assert!(!w.data.join("cc-pwned").exists());
+    assert!(!w.secrets.join(".ssh/authorized_keys").exists());
+    assert_eq!(std::fs::read_to_string(w.agent_config.join("settings.json")).unwrap(), "{}");
+
+    // Inside the roots, work goes on.
+    let out = run(&mut client, "r1", BASH, "echo ok > new-file && git status --short new-file && cat new-file").await;
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(w.repo.join("new-file")).unwrap(), "ok\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_and_the_supervisors_state_are_unreadable() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let script = format!(
+        "for f in {s}/.ssh/id_ed25519 {s}/.aws/credentials {d}/state.db /etc/shadow /root/.ssh/id_rsa /proc/1/root{s}/.ssh/id_ed25519; do \
+           cat \"$f\" 2>/dev/null | grep -q . && echo \"READ $f\"; done; \
+         ls -A /etc/ssh | grep -q . && echo 'READ /etc/ssh'; \
+         ls -A {d} 2>/dev/null | grep -qv '^conversations$' && echo 'SAW the data dir'; \
+         ls {co} 2>/dev/null && echo 'SAW the checkout'; ls {s} 2>/dev/null && echo 'SAW the home'; true",
+        s = w.secrets.display(),
+        d = w.data.display(),
+        co = w.checkout.display()
+    );
+    for kind in [BASH, OVERLAY] {
+        let out = run(&mut client, "r1", kind, &script).await;
+        assert!(!out.stdout.contains("READ") && !out.stdout.contains("SAW"), "{kind:?}:\n{}", out.stdout);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_host_process_capability_or_namespace_escape() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let me = std::process::id();
+    let script = format!(
+        "echo pids=$(ls /proc | grep -c '^[0-9]')\n\
+         kill -0 {me} 2>/dev/null && echo 'SAW host pid'\n\
+         grep CapEff /proc/self/status\n\
+         unshare -Ur true 2>/dev/null && echo 'ESCAPED unshare -Ur'\n\
+         unshare -m true 2>/dev/null && echo 'ESCAPED unshare -m'\n\
+         nsenter -t 1 -m true 2>/dev/null && echo 'ESCAPED nsenter'\n\
+         mount -t tmpfs none /tmp 2>/dev/null && echo 'ESCAPED mount'\n\
+         python3 -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print(\"io_uring\", l.syscall(425, 1, 0), ctypes.get_errno()); print(\"clone3\", l.syscall(435, 0, 0), ctypes.get_errno())'\n\
+         python3 -c 'import fcntl, termios, sys\ntry:\n  fcntl.ioctl(1, termios.TIOCSTI, b\"x\"); print(\"TIOCSTI worked\")\nexcept OSError as e: print(\"tiocsti errno\", e.errno)'\n"
+    );
+    let out = run(&mut client, "r1", BASH, &script).await;
+    assert!(!out.stdout.contains("ESCAPED") && !out.stdout.contains("SAW"), "{}\n{}", out.stdout, out.stderr);
+    let pids: u32 = out.stdout.lines().find_map(|l| l.strip_prefix("pids=")).unwrap().trim().parse().unwrap();
+    assert!(pids <= 6, "the envelope sees {pids} processes:\n{}", out.stdout);
+    assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{}", out.stdout);
+    assert!(out.stdout.contains("io_uring -1 1"), "io_uring_setup must fail with EPERM:\n{}", out.stdout);
+    assert!(out.stdout.contains("clone3 -1 38"), "clone3 must fail with ENOSYS:\n{}", out.stdout);
+    assert!(out.stdout.contains("tiocsti errno 1") || out.stdout.contains("tiocsti errno 25"), "{}", out.stdout);
+    assert!(!out.stdout.contains("TIOCSTI worked"));
+}
+
+fn host_has_process(needle: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == needle)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_of_a_launch_outlives_it() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let out = run(
+        &mut client,
+        "r1",
+        BASH,
+        "(setsid sleep 1037 &) ; (sleep 1038 &) ; nohup sleep 1039 >/dev/null 2>&1 & (trap '' TERM; exec sleep 1040) & echo started",
+    )
+    .await;
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("started"));
+    for n in [1037, 1038, 1039, 1040] {
+        assert!(!host_has_process(&format!("sleep {n}")), "sleep {n} outlived its launch");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_environment_is_sanitized_whatever_is_passed() {
+    let w = world();
+    let env = [
+        ("GITHUB_TOKEN", "ghp_host"),
+        ("NODE_OPTIONS", "--require=/x.js"),
+        ("LD_LIBRARY_PATH", "/x"),
+        ("BASH_ENV", "/x"),
+    ];
+    let Some((_sbx, mut client)) = native(&w, &env).await else { return };
+    let out = run(&mut client, "r1", OVERLAY, "env").await;
+    for bad in [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "NODE_OPTIONS",
+        "BASH_ENV",
+        "GITHUB_TOKEN",
+        "OPENAI_API_KEY",
+        "GIT_CONFIG_COUNT",
+        "ghp_",
+        "sk-live",
+    ] {
+        assert!(!out.stdout.contains(bad), "{bad} reached the envelope:\n{}", out.stdout);
+    }
+    assert!(out.stdout.lines().any(|l| l == format!("HOME={}", w.agent_work.display())), "{}", out.stdout);
+    assert!(out.stdout.contains("HTTP_PROXY=http://127.0.0.1:9"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_network_nothing_connects() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo CONNECTED dev-tcp\n\
+         curl -s --max-time 3 http://127.0.0.1:{port}/ >/dev/null && echo CONNECTED curl\n\
+         curl -s --max-time 3 http://example.invalid/ >/dev/null && echo CONNECTED dns\n\
+         getent hosts localhost >/dev/null; true"
+    );
+    let out = run(&mut client, "r1", BASH, &script).await;
+    assert!(!out.stdout.contains("CONNECTED"), "{}", out.stdout);
+    assert!(listener.accept().is_err(), "a connection reached the host's loopback");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_write_becomes_a_violation_event_with_its_path() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let out =
+        run(&mut client, "r1", BASH, "touch /etc/cc-violation; touch /etc/cc-violation; touch /usr/cc-other; true")
+            .await;
+    let paths: Vec<&str> = out.violations.iter().map(|v| v.attempted.as_str()).collect();
+    assert_eq!(paths, ["/etc/cc-violation", "/usr/cc-other"], "deduplicated, in order: {:?}", out.violations);
+    assert!(out.violations.iter().all(|v| v.blocked_by == "read-only file system"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwrapped_launches_say_so_and_are_still_sanitized() {
+    let w = world();
+    let sbx =
+        Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "off".to_owned())]), &[("GITHUB_TOKEN", "ghp_host")]);
+    let mut client = sbx.client().await;
+    let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
+    assert_eq!((probe.backend, probe.detail.as_str()), (pb::Backend::None as i32, "--sandbox off"));
+    client.register_run(policy(&w)).await.unwrap();
+    let out = run(&mut client, "r1", BASH, "env; pwd").await;
+    assert_eq!(out.envelope, "unwrapped");
+    assert!(out.violations.is_empty());
+    assert!(!out.stdout.contains("ghp_") && !out.stdout.contains("LD_PRELOAD"), "{}", out.stdout);
+    assert!(out.stdout.lines().any(|l| l == w.repo.display().to_string()), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_refused_and_unregister_kills() {
+    let w = world();
+    let sbx = Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "off".to_owned())]), &[]);
+    let mut client = sbx.client().await;
+    let mut relative = policy(&w);
+    relative.work_dir = b"relative/dir".to_vec();
+    let mut linked = policy(&w);
+    linked.work_dir = bytes(&w.root.join("checkout-link"));
+    let mut bad_id = policy(&w);
+    bad_id.run_id = "../r".into();
+    for (p, needle) in [(relative, "absolute"), (linked, "goes through a symlink"), (bad_id, "run id")] {
+        let err = client.register_run(p).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains(needle), "{}", err.message());
+    }
+    let launch = |run: &str, kind: i32, argv: Vec<Vec<u8>>| pb::LaunchRequest {
+        run_id: run.into(),
+        kind,
+        argv,
+        timeout_seconds: 0,
+    };
+    let err = client.launch(launch("nope", BASH as i32, vec![b"true".to_vec()])).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    client.register_run(policy(&w)).await.unwrap();
+    for (kind, argv) in [
+        (99, vec![b"true".to_vec()]),
+        (0, vec![b"true".to_vec()]),
+        (BASH as i32, vec![]),
+        (BASH as i32, vec![b"a\0b".to_vec()]),
+    ] {
+        let err = client.launch(launch("r1", kind, argv)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    }
+
+    // A run's launches die with its unregistration.
+    let mut stream =
+        client.launch(launch("r1", BASH as i32, vec![b"sleep".to_vec(), b"1041".to_vec()])).await.unwrap().into_inner();
+    use tokio_stream::StreamExt;
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(matches!(first.event, Some(pb::launch_event::Event::Envelope(_))));
+    let killed =
+        client.unregister_run(pb::UnregisterRunRequest { run_id: "r1".into() }).await.unwrap().into_inner().killed;
+    assert_eq!(killed, 1);
+    let mut exit = None;
+    while let Some(event) = stream.next().await {
+        if let Some(pb::launch_event::Event::Exit(e)) = event.unwrap().event {
+            exit = Some(e);
+        }
+    }
+    assert_eq!(exit.unwrap().signal, Some(9));
+    assert!(!host_has_process("sleep 1041"));
+}
