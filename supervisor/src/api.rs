@@ -9,6 +9,7 @@ use cc_proto::client::{self, PresentSecret};
 use cc_proto::common::v1::{Event, GetStatusRequest as HelperStatusRequest, HelperStatus};
 use cc_proto::gateway::v1::gateway_client::GatewayClient;
 use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
+use cc_proto::sandboxd::v1 as sb;
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::supervisor_server::Supervisor;
 use tokio::sync::mpsc;
@@ -73,6 +74,14 @@ impl SupervisorApi {
             cache.insert(helper.name(), (pid, channel.clone()));
         }
         Ok(channel)
+    }
+
+    /// A client of sandboxd, over the cached channel to its current process.
+    async fn sandboxd(&self) -> Result<SandboxdClient<InterceptedService<Channel, PresentSecret>>, Status> {
+        let helper = self.helpers.get("sandboxd")?;
+        let pid = helper.snapshot().pid.ok_or_else(|| Status::unavailable("sandboxd is not running; see ccctl helpers"))?;
+        let channel = self.channel_to(helper, pid).await.map_err(Status::unavailable)?;
+        Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
     }
 
     /// Asks the helper itself, over its socket and with its secret, who it is.
@@ -289,6 +298,56 @@ impl Supervisor for SupervisorApi {
         let list = self.blocking(move |c| c.list((!workspace.is_empty()).then_some(workspace.as_str()))).await?;
         Ok(Response::new(pb::ListConversationsResponse {
             conversations: list.into_iter().map(convert::conversation).collect(),
+        }))
+    }
+
+    async fn sandbox_probe(
+        &self,
+        _request: Request<pb::SandboxProbeRequest>,
+    ) -> Result<Response<pb::SandboxProbeResponse>, Status> {
+        let probe = self.sandboxd().await?.get_probe(sb::GetProbeRequest {}).await?.into_inner();
+        let backend = match sb::Backend::try_from(probe.backend) {
+            Ok(sb::Backend::Native) => "native",
+            _ => "none",
+        };
+        Ok(Response::new(pb::SandboxProbeResponse { backend: backend.to_owned(), detail: probe.detail }))
+    }
+
+    async fn sandbox_explain(
+        &self,
+        request: Request<pb::SandboxExplainRequest>,
+    ) -> Result<Response<pb::SandboxExplainResponse>, Status> {
+        let pb::SandboxExplainRequest { conversation, agent, kind, argv } = request.into_inner();
+        let kind = match kind.as_str() {
+            "" | "harness_bash" | "harness-bash" => sb::DispatchKind::HarnessBash,
+            "overlay" => sb::DispatchKind::Overlay,
+            other => return Err(Status::invalid_argument(format!("unknown kind {other:?} (expected overlay or harness_bash)"))),
+        };
+        let agent = if agent.is_empty() { "default".to_owned() } else { agent };
+        let paths = self.blocking(move |c| c.run_paths(&conversation, &agent)).await?;
+        let run_id = format!("explain-{}", &cc_proto::secret::PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..12]);
+        let b = |p: &std::path::Path| convert::path_bytes(p);
+        let policy = sb::RunPolicy {
+            run_id: run_id.clone(),
+            agent_work: b(&paths.agent_work),
+            agent_config: b(&paths.agent_config),
+            repos: b(&paths.repos),
+            attachments: paths.attachments.as_deref().map(b).unwrap_or_default(),
+            work_dir: b(&paths.work_dir),
+            write_deny: paths.write_deny.iter().map(|p| b(p)).collect(),
+            env: Default::default(),
+        };
+        let mut sandboxd = self.sandboxd().await?;
+        sandboxd.register_run(policy).await?;
+        let argv = if argv.is_empty() { vec![b"sh".to_vec()] } else { argv };
+        let explained = sandboxd.explain(sb::ExplainRequest { run_id: run_id.clone(), kind: kind as i32, argv }).await;
+        let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id }).await;
+        let explained = explained?.into_inner();
+        let backend = if explained.backend == sb::Backend::Native as i32 { "native" } else { "none" };
+        Ok(Response::new(pb::SandboxExplainResponse {
+            backend: backend.to_owned(),
+            argv: explained.argv,
+            env: explained.env,
         }))
     }
 

@@ -61,6 +61,17 @@ struct Manifest {
     repos: Vec<(String, PathBuf)>,
 }
 
+/// Everything a run's envelope is computed from, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPaths {
+    pub agent_work: PathBuf,
+    pub agent_config: PathBuf,
+    pub repos: PathBuf,
+    pub attachments: Option<PathBuf>,
+    pub work_dir: PathBuf,
+    pub write_deny: Vec<PathBuf>,
+}
+
 /// The agent's private directories inside a conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentDirs {
@@ -351,6 +362,26 @@ impl Conversations {
         }
         self.events.record("conversation_removed", &format!("conversation:{}", record.id), json!({}));
         Ok(record)
+    }
+
+    /// What a run of `agent` in `conversation` may touch: its directories, the
+    /// conversation's copies (the first is the working directory), the workspace's
+    /// attachments, and the registered checkouts, which no envelope may write.
+    pub fn run_paths(&self, conversation: &str, agent: &str) -> Result<RunPaths, ConversationError> {
+        let record = self.store.conversation(conversation)?;
+        let dirs = self.agent_dirs(&record.id, agent)?;
+        let repos = self.data.conversation_dir(&record.id).join("repos");
+        let work_dir = record.repos.first().map(|r| r.path.clone()).unwrap_or_else(|| dirs.work.clone());
+        let canon = |p: &Path| fs::canonicalize(p).map_err(io_err("resolve", p));
+        let attachments = self.data.attachments_dir(&record.workspace);
+        Ok(RunPaths {
+            agent_work: canon(&dirs.work)?,
+            agent_config: canon(&dirs.config)?,
+            repos: canon(&repos)?,
+            attachments: attachments.is_dir().then(|| canon(&attachments)).transpose()?,
+            work_dir: canon(&work_dir)?,
+            write_deny: record.repos.iter().flat_map(|r| [r.source_path.clone(), r.source_resolved.clone()]).collect(),
+        })
     }
 
     /// Creates `agents/<agent>/{work,config}` on first use; private to that agent.

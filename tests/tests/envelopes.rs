@@ -345,3 +345,45 @@ async fn bad_requests_are_refused_and_unregister_kills() {
     assert_eq!(exit.unwrap().signal, Some(9));
     assert!(!host_has_process("sleep 1041"));
 }
+
+#[test]
+fn ccctl_shows_the_probe_and_an_envelope_that_runs_as_printed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = make_checkout(&tmp.path().join("checkout"));
+    let sup = cc_tests::Supervisor::start_on(&tmp.path().join("data"), cc_tests::Options::default());
+    assert!(sup.ccctl(&["repo", "add", checkout.to_str().unwrap(), "--name", "demo"]).status.success());
+    let out = sup.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+
+    let probe = sup.ccctl_json(&["sandbox", "probe"]);
+    if std::env::var("CC_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        assert_eq!(probe["backend"], "native", "{probe}");
+    }
+    let explained = sup.ccctl_json(&["sandbox", "explain", "--conversation", &id, "--", "sh", "-c", "pwd; git status --porcelain | wc -l"]);
+    let argv: Vec<String> = explained["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+    if explained["backend"] != "native" {
+        return;
+    }
+    for flag in ["--unshare-net", "--unshare-user", "--clearenv", "--as-pid-1"] {
+        assert!(argv.contains(&flag.to_owned()), "{flag}: {argv:?}");
+    }
+    let copy = std::fs::canonicalize(tmp.path().join(format!("data/conversations/{id}/repos/demo"))).unwrap();
+    assert!(argv.windows(3).any(|w| w[0] == "--bind" && w[1] == copy.to_str().unwrap()), "{argv:?}");
+    assert!(!argv.iter().any(|a| a == checkout.to_str().unwrap()), "the checkout is not even visible");
+    // What is printed is what runs.
+    let ran = std::process::Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let stdout = String::from_utf8(ran.stdout).unwrap();
+    assert!(stdout.starts_with(copy.to_str().unwrap()), "{stdout}");
+
+    // Bad requests: one line each.
+    for (args, needle) in [
+        (vec!["sandbox", "explain", "--conversation", "c-nope"], "no conversation named"),
+        (vec!["sandbox", "explain", "--conversation", &id, "--agent", "../x"], "may not start with"),
+    ] {
+        let out = sup.ccctl(&args);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success() && err.contains(needle) && err.lines().count() == 1, "{err}");
+    }
+}

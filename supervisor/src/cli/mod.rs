@@ -74,6 +74,30 @@ enum Command {
         #[command(subcommand)]
         action: ConversationAction,
     },
+    /// The OS sandbox: what sandboxd found, and the envelopes it builds
+    Sandbox {
+        #[command(subcommand)]
+        action: SandboxAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum SandboxAction {
+    /// What sandboxd's probe found (a real test launch of bubblewrap)
+    Probe,
+    /// Print the envelope (the bubblewrap argv) a run of a conversation would get
+    Explain {
+        #[arg(long)]
+        conversation: String,
+        #[arg(long, default_value = "default")]
+        agent: String,
+        /// overlay (Claude Code, ACP) or harness-bash
+        #[arg(long, default_value = "harness-bash", value_parser = ["overlay", "harness-bash"])]
+        kind: String,
+        /// The command inside [default: sh]
+        #[arg(last = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -269,6 +293,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         .await
                         .map_err(rpc_error)?;
                     render::done(&format!("unregistered {name}"), cli.json);
+                }
+            }
+        }
+        Command::Sandbox { action } => {
+            let mut client = connect(&socket, &data).await?;
+            match action {
+                SandboxAction::Probe => {
+                    let probe = client.sandbox_probe(pb::SandboxProbeRequest {}).await.map_err(rpc_error)?.into_inner();
+                    render::sandbox_probe(&probe, cli.json);
+                }
+                SandboxAction::Explain { conversation, agent, kind, command } => {
+                    let request = pb::SandboxExplainRequest {
+                        conversation,
+                        agent,
+                        kind: kind.replace('-', "_"),
+                        argv: command.iter().map(|a| a.as_encoded_bytes().to_vec()).collect(),
+                    };
+                    let explained = client.sandbox_explain(request).await.map_err(rpc_error)?.into_inner();
+                    render::sandbox_explain(&explained, cli.json);
                 }
             }
         }

@@ -295,6 +295,28 @@ pub fn conversations(list: &[pb::Conversation], json: bool) {
     print(&out);
 }
 
+pub fn sandbox_probe(p: &pb::SandboxProbeResponse, json: bool) {
+    if json {
+        return print_json(&json!({ "backend": p.backend, "detail": p.detail }));
+    }
+    print(&format!("sandbox backend={} ({})\n", p.backend, one_line(&p.detail)));
+}
+
+/// One argument a line, quoted for a POSIX shell, so that it can be pasted and run.
+pub fn sandbox_explain(e: &pb::SandboxExplainResponse, json: bool) {
+    if json {
+        let argv: Vec<String> = e.argv.iter().map(|a| lossy(a)).collect();
+        return print_json(&json!({ "backend": e.backend, "argv": argv, "env": e.env }));
+    }
+    let quoted: Vec<String> = e.argv.iter().map(|a| shell_quote(&lossy(a))).collect();
+    print(&format!("# backend={}\n{}\n", e.backend, quoted.join(" \\\n  ")));
+}
+
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty() && arg.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain { arg.to_owned() } else { format!("'{}'", one_line(arg).replace('\'', "'\\''")) }
+}
+
 pub fn done(message: &str, json: bool) {
     if json {
         return print_json(&json!({ "ok": true, "message": message }));
