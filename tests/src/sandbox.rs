@@ -26,10 +26,22 @@ pub struct Sandboxd {
 
 impl Sandboxd {
     pub fn start(options: BTreeMap<String, String>, env: &[(&str, &str)]) -> Self {
+        Self::start_as(None, options, env)
+    }
+
+    /// As `uid` (its gid the same number), which needs root.
+    pub fn start_as(uid: Option<u32>, options: BTreeMap<String, String>, env: &[(&str, &str)]) -> Self {
         let tmp = tempfile::Builder::new().prefix("cc-sbx-").tempdir().unwrap();
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(tmp.path(), Some(uid), Some(uid)).unwrap();
+        }
         let socket = tmp.path().join("sock/sandboxd.sock");
         let secret = PeerSecret::generate().unwrap();
         let mut cmd = Command::new(crate::bin("cc-sandboxd"));
+        if let Some(uid) = uid {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(uid);
+        }
         cmd.env_clear().env("PATH", "/usr/local/bin:/usr/bin:/bin").env("CC_LOG", "warn");
         for (k, v) in env {
             cmd.env(k, v);

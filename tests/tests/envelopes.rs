@@ -387,3 +387,38 @@ fn ccctl_shows_the_probe_and_an_envelope_that_runs_as_printed() {
         assert!(!out.status.success() && err.contains(needle) && err.lines().count() == 1, "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_an_unprivileged_user_the_envelope_holds_too() {
+    if !cc_tests::privileged("switching to an unprivileged uid") {
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let w = world();
+    // The run's files belong to the unprivileged user; the person's checkout does not.
+    let chown = std::process::Command::new("chown").args(["-R", "65534:65534"]).arg(&w.data).status().unwrap();
+    assert!(chown.success());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&w.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sbx = Sandboxd::start_as(Some(NOBODY), BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), &[]);
+    let mut client = sbx.client().await;
+    let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
+    assert_eq!(probe.backend, pb::Backend::Native as i32, "unprivileged user namespaces: {}", probe.detail);
+    client.register_run(policy(&w)).await.unwrap();
+    let before = snapshot(&w.checkout);
+    let script = format!(
+        "id -u; grep CapEff /proc/self/status\n\
+         for t in /etc/cc-pwned {co}/cc-pwned {co}/README.md {d}/state.db .git/hooks/pre-commit; do (echo x > \"$t\") 2>/dev/null && echo \"WROTE $t\"; done\n\
+         unshare -Ur true 2>/dev/null && echo ESCAPED\n\
+         echo ok > inside && cat inside",
+        co = w.checkout.display(),
+        d = w.data.display()
+    );
+    let out = run(&mut client, "r1", BASH, &script).await;
+    assert!(!out.stdout.contains("WROTE") && !out.stdout.contains("ESCAPED"), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("CapEff:\t0000000000000000"));
+    assert!(out.stdout.trim_end().ends_with("ok"), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(snapshot(&w.checkout), before);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(w.repo.join("inside")).unwrap().uid(), NOBODY, "written as the unprivileged user");
+}
