@@ -4,6 +4,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace --bins
 ./target/release/cc-bench supervisor
+# srt (the sandbox-runtime npm package) for the launch comparison, installed here,
+# beside the build, never committed.
+srt=
+if command -v npm >/dev/null && npm install --silent --no-audit --no-fund --prefix target/bench-srt @anthropic-ai/sandbox-runtime >/dev/null 2>&1; then
+  srt=$PWD/target/bench-srt/node_modules/.bin/srt
+fi
+./target/release/cc-bench sandbox "$srt"
 if [ "$(id -u)" = 0 ]; then
   bench/worktrees.sh
 else

@@ -2,6 +2,8 @@
 //! runs every benchmark; each prints its figures and the ratio to its target.
 //!
 //! * `supervisor`: cold start to `READY=1`, and the client API round trip.
+//! * `sandbox`: launch latency of `true` through sandboxd's API vs raw bubblewrap vs
+//!   srt vs no sandbox, and the memory of an idle envelope.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -12,15 +14,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use cc_proto::supervisor::v1 as pb;
 
+mod sandbox;
+
 fn main() -> anyhow::Result<()> {
     let which = std::env::args().nth(1).unwrap_or_else(|| "supervisor".into());
     match which.as_str() {
         "supervisor" => supervisor(),
-        other => bail!("unknown benchmark {other:?} (known: supervisor)"),
+        "sandbox" => sandbox::run(std::env::args().nth(2)),
+        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox)"),
     }
 }
 
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(name);
     if !path.is_file() {
@@ -69,20 +74,20 @@ fn start(root: &Path, n: usize) -> anyhow::Result<(Running, Duration)> {
     Ok((running, elapsed))
 }
 
-struct Stats {
-    median: Duration,
+pub(crate) struct Stats {
+    pub(crate) median: Duration,
     p90: Duration,
     p99: Duration,
     min: Duration,
 }
 
-fn stats(mut samples: Vec<Duration>) -> Stats {
+pub(crate) fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
     Stats { median: at(0.5), p90: at(0.9), p99: at(0.99), min: samples[0] }
 }
 
-fn report(name: &str, s: &Stats, target: Duration) {
+pub(crate) fn report(name: &str, s: &Stats, target: Duration) {
     println!(
         "{name:<44} median {:>9.3} ms  p90 {:>9.3} ms  p99 {:>9.3} ms  min {:>9.3} ms  target {:>7.3} ms  median/target {:.3}",
         ms(s.median),

@@ -28,7 +28,7 @@ pub struct Envelope<'a> {
     /// Existing code-execution vectors inside writable roots (`.git/hooks`, `.git/config`,
     /// rc files): bound read-only after everything else.
     pub protected: &'a [PathBuf],
-    /// The host path of the cc-sandboxd binary (our init).
+    /// The host path of the cc-init binary.
     pub init: &'a Path,
     pub env: &'a BTreeMap<String, String>,
     pub argv: &'a [OsString],
@@ -127,7 +127,7 @@ impl Envelope<'_> {
         }
         a.flag("--remount-ro").arg("/");
         a.flag("--chdir").arg(&self.policy.work_dir);
-        a.flag("--").arg(INIT_INSIDE).arg("init").arg("--");
+        a.flag("--").arg(INIT_INSIDE).arg("--");
         for arg in self.argv {
             a.arg(arg);
         }
@@ -316,7 +316,7 @@ mod tests {
     fn the_command_runs_under_our_init() {
         let a = args(Kind::HarnessBash, &[]);
         let tail = &a[a.iter().position(|x| x == "--").unwrap()..];
-        assert_eq!(tail, ["--", INIT_INSIDE, "init", "--", "sh", "-c", "echo hi"]);
+        assert_eq!(tail, ["--", INIT_INSIDE, "--", "sh", "-c", "echo hi"]);
         assert!(position(&a, &["--ro-bind", "/opt/cc/cc-sandboxd", INIT_INSIDE]).is_some());
         assert!(position(&a, &["--chdir", "/d/conversations/c1/repos/demo"]).is_some());
     }

@@ -1,4 +1,4 @@
-//! Our init: PID 1 inside every native envelope (`cc-sandboxd init -- CMD…`).
+//! Our init: PID 1 inside every native envelope (`cc-init -- CMD…`).
 //!
 //! In order: set `no_new_privs`, install the seccomp filter (or refuse to run the
 //! workload at all: fail closed), start the command, forward SIGTERM/SIGINT/SIGHUP to
@@ -21,7 +21,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         ExitCode::from(SETUP_FAILED)
     };
     let Some(separator) = args.iter().position(|a| a == "--") else {
-        return fail("usage: cc-sandboxd init -- COMMAND [ARGS…]".into());
+        return fail("usage: cc-init -- COMMAND [ARGS…]".into());
     };
     let Some((program, rest)) = args[separator + 1..].split_first() else {
         return fail("no command to run".into());

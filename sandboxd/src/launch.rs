@@ -98,7 +98,10 @@ struct Prepared {
 
 impl Launcher {
     pub fn new(probe: ProbeResult, runs: Arc<Runs>) -> Self {
-        let init = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+        // cc-init, installed next to cc-sandboxd.
+        let init = std::env::current_exe()
+            .map(|exe| exe.with_file_name("cc-init"))
+            .unwrap_or_else(|_| PathBuf::from("cc-init"));
         Self { probe, system: SystemView::discover(), init, runs }
     }
 

@@ -8,8 +8,8 @@ use cc_proto::broker::v1::broker_client::BrokerClient;
 use cc_proto::client::{self, PresentSecret};
 use cc_proto::common::v1::{Event, GetStatusRequest as HelperStatusRequest, HelperStatus};
 use cc_proto::gateway::v1::gateway_client::GatewayClient;
-use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
 use cc_proto::sandboxd::v1 as sb;
+use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::supervisor_server::Supervisor;
 use tokio::sync::mpsc;
@@ -79,7 +79,8 @@ impl SupervisorApi {
     /// A client of sandboxd, over the cached channel to its current process.
     async fn sandboxd(&self) -> Result<SandboxdClient<InterceptedService<Channel, PresentSecret>>, Status> {
         let helper = self.helpers.get("sandboxd")?;
-        let pid = helper.snapshot().pid.ok_or_else(|| Status::unavailable("sandboxd is not running; see ccctl helpers"))?;
+        let pid =
+            helper.snapshot().pid.ok_or_else(|| Status::unavailable("sandboxd is not running; see ccctl helpers"))?;
         let channel = self.channel_to(helper, pid).await.map_err(Status::unavailable)?;
         Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
     }
@@ -321,11 +322,18 @@ impl Supervisor for SupervisorApi {
         let kind = match kind.as_str() {
             "" | "harness_bash" | "harness-bash" => sb::DispatchKind::HarnessBash,
             "overlay" => sb::DispatchKind::Overlay,
-            other => return Err(Status::invalid_argument(format!("unknown kind {other:?} (expected overlay or harness_bash)"))),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown kind {other:?} (expected overlay or harness_bash)"
+                )));
+            }
         };
         let agent = if agent.is_empty() { "default".to_owned() } else { agent };
         let paths = self.blocking(move |c| c.run_paths(&conversation, &agent)).await?;
-        let run_id = format!("explain-{}", &cc_proto::secret::PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..12]);
+        let run_id = format!(
+            "explain-{}",
+            &cc_proto::secret::PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..12]
+        );
         let b = |p: &std::path::Path| convert::path_bytes(p);
         let policy = sb::RunPolicy {
             run_id: run_id.clone(),

@@ -360,8 +360,18 @@ fn ccctl_shows_the_probe_and_an_envelope_that_runs_as_printed() {
     if std::env::var("CC_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
         assert_eq!(probe["backend"], "native", "{probe}");
     }
-    let explained = sup.ccctl_json(&["sandbox", "explain", "--conversation", &id, "--", "sh", "-c", "pwd; git status --porcelain | wc -l"]);
-    let argv: Vec<String> = explained["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+    let explained = sup.ccctl_json(&[
+        "sandbox",
+        "explain",
+        "--conversation",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "pwd; git status --porcelain | wc -l",
+    ]);
+    let argv: Vec<String> =
+        explained["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
     if explained["backend"] != "native" {
         return;
     }
