@@ -11,6 +11,7 @@ pub mod launch;
 pub mod policy;
 pub mod probe;
 pub mod protect;
+pub mod sbpl;
 pub mod seccomp;
 pub mod system;
 pub mod violations;
