@@ -11,6 +11,8 @@ use crate::system::{SystemEntry, SystemView};
 
 /// Where our init is bound inside every envelope.
 pub const INIT_INSIDE: &str = "/run/cc/init";
+/// Where the run's bridge sockets are bound, `<port>.sock` each.
+pub const BRIDGES_INSIDE: &str = "/run/cc/bridges";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -120,6 +122,11 @@ impl Envelope<'_> {
             }
         }
         a.bind("--ro-bind", self.init, Path::new(INIT_INSIDE));
+        // The run's sockets, for our init to bridge; the workload cannot open AF_UNIX
+        // sockets (seccomp), so it reaches them only as 127.0.0.1:<port>.
+        for (port, socket) in &self.policy.bridges {
+            a.bind("--ro-bind", socket, &Path::new(BRIDGES_INSIDE).join(format!("{port}.sock")));
+        }
         // Nothing outside the roots, /tmp and /dev is writable: not the paths leading to
         // the roots, and not the root filesystem itself.
         for top in &skeletons {
@@ -127,7 +134,11 @@ impl Envelope<'_> {
         }
         a.flag("--remount-ro").arg("/");
         a.flag("--chdir").arg(&self.policy.work_dir);
-        a.flag("--").arg(INIT_INSIDE).arg("--");
+        a.flag("--").arg(INIT_INSIDE);
+        for port in self.policy.bridges.keys() {
+            a.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}.sock"));
+        }
+        a.flag("--");
         for arg in self.argv {
             a.arg(arg);
         }
@@ -183,6 +194,7 @@ mod tests {
             work_dir: "/d/conversations/c1/repos/demo".into(),
             write_deny: vec!["/home/me/src/demo".into(), "/d/conversations/c1/repos/demo/.git/config".into()],
             env: BTreeMap::new(),
+            bridges: BTreeMap::new(),
         }
     }
 
@@ -310,6 +322,28 @@ mod tests {
         let remount = position(&a, &["--remount-ro", "/tmp/t1"]).unwrap();
         assert!(tmpfs < bind && bind < remount);
         assert!(position(&a, &["--remount-ro", "/"]).unwrap() > bind);
+    }
+
+    #[test]
+    fn bridges_are_bound_and_handed_to_init() {
+        let mut p = policy();
+        p.bridges.insert(41001, "/d/sock/runs/r1/proxy.sock".into());
+        let v = view();
+        let env = BTreeMap::new();
+        let argv = vec![OsString::from("true")];
+        let e = Envelope {
+            policy: &p,
+            kind: Kind::HarnessBash,
+            system: &v,
+            protected: &[],
+            init: Path::new("/i"),
+            env: &env,
+            argv: &argv,
+        };
+        let a: Vec<String> = e.bwrap_args().into_iter().map(|x| x.into_string().unwrap()).collect();
+        assert!(position(&a, &["--ro-bind", "/d/sock/runs/r1/proxy.sock", "/run/cc/bridges/41001.sock"]).is_some());
+        let tail = &a[a.iter().rposition(|x| x == INIT_INSIDE).unwrap()..];
+        assert_eq!(tail, [INIT_INSIDE, "--bridge", "41001=/run/cc/bridges/41001.sock", "--", "true"]);
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub struct RunPolicy {
     pub work_dir: PathBuf,
     pub write_deny: Vec<PathBuf>,
     pub env: BTreeMap<String, String>,
+    /// Loopback port inside the envelope → the run's unix socket on the host.
+    pub bridges: BTreeMap<u16, PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -36,6 +38,10 @@ pub enum PolicyError {
     NotADirectory { field: &'static str, path: PathBuf },
     #[error("work_dir is required")]
     NoWorkDir,
+    #[error("bridge port {0} must be between 1024 and 65535, once each")]
+    BadPort(u32),
+    #[error("bridge socket {0} is not a unix socket")]
+    NotASocket(PathBuf),
 }
 
 fn path_of(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyError> {
@@ -90,8 +96,22 @@ impl RunPolicy {
                 write_deny.push(path);
             }
         }
+        let mut bridges = BTreeMap::new();
+        for bridge in &p.bridges {
+            let port =
+                u16::try_from(bridge.port).ok().filter(|p| *p >= 1024).ok_or(PolicyError::BadPort(bridge.port))?;
+            let socket = path_of("bridge socket", &bridge.socket)?.ok_or(PolicyError::BadPort(bridge.port))?;
+            use std::os::unix::fs::FileTypeExt;
+            if !std::fs::metadata(&socket).is_ok_and(|m| m.file_type().is_socket()) {
+                return Err(PolicyError::NotASocket(socket));
+            }
+            if bridges.insert(port, socket).is_some() {
+                return Err(PolicyError::BadPort(bridge.port));
+            }
+        }
         Ok(Self {
             run_id: p.run_id.clone(),
+            bridges,
             agent_work: bind_root("agent_work", &p.agent_work)?,
             agent_config: bind_root("agent_config", &p.agent_config)?,
             repos: bind_root("repos", &p.repos)?,

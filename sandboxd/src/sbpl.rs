@@ -184,6 +184,7 @@ mod tests {
             work_dir: work.into(),
             write_deny: deny.iter().map(PathBuf::from).collect(),
             env: BTreeMap::new(),
+            bridges: BTreeMap::new(),
         }
     }
 

@@ -344,6 +344,7 @@ impl Supervisor for SupervisorApi {
             work_dir: b(&paths.work_dir),
             write_deny: paths.write_deny.iter().map(|p| b(p)).collect(),
             env: Default::default(),
+            bridges: vec![],
         };
         let mut sandboxd = self.sandboxd().await?;
         sandboxd.register_run(policy).await?;

@@ -66,6 +66,7 @@ fn policy(w: &World) -> pb::RunPolicy {
             ("OPENAI_API_KEY".to_owned(), "sk-live".to_owned()),
             ("GIT_CONFIG_COUNT".to_owned(), "1".to_owned()),
         ]),
+        bridges: vec![],
     }
 }
 
@@ -431,4 +432,42 @@ async fn as_an_unprivileged_user_the_envelope_holds_too() {
     assert_eq!(snapshot(&w.checkout), before);
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(w.repo.join("inside")).unwrap().uid(), NOBODY, "written as the unprivileged user");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
+    let w = world();
+    // A service of the run's own (a stand-in for its egress proxy) on a unix socket.
+    let socket = w.root.join("proxy.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 5];
+            if conn.read_exact(&mut buf).is_ok() && &buf == b"ping\n" {
+                let _ = conn.write_all(b"pong\n");
+            }
+        }
+    });
+    if !cc_tests::privileged("building envelopes with bubblewrap as root") {
+        return;
+    }
+    let sbx = Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), &[]);
+    let mut client = sbx.client().await;
+    let mut p = policy(&w);
+    p.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&socket) }];
+    client.register_run(p).await.unwrap();
+    let script = "bash -c 'exec 3<>/dev/tcp/127.0.0.1/41001; echo ping >&3; head -n1 <&3'\n\
+                  python3 -c 'import socket\ntry:\n  socket.socket(socket.AF_UNIX).connect(\"/run/cc/bridges/41001.sock\"); print(\"DIRECT unix socket\")\nexcept OSError as e: print(\"unix errno\", e.errno)'\n\
+                  bash -c 'echo > /dev/tcp/127.0.0.1/41002' 2>/dev/null && echo 'OTHER port'; true";
+    let out = run(&mut client, "r1", BASH, script).await;
+    assert!(out.stdout.starts_with("pong\n"), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("unix errno 1"), "the workload opened an AF_UNIX socket:\n{}", out.stdout);
+    assert!(!out.stdout.contains("DIRECT") && !out.stdout.contains("OTHER"), "{}", out.stdout);
+
+    // A bridge to something that is not a socket is refused at registration.
+    let mut bad = policy(&w);
+    bad.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&w.data.join("state.db")) }];
+    let err = client.register_run(bad).await.unwrap_err();
+    assert!(err.message().contains("is not a unix socket"), "{}", err.message());
 }
