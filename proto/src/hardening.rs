@@ -14,8 +14,9 @@ use crate::common::v1::Hardening;
 pub enum CapabilityPolicy {
     /// Drop every capability and set `no_new_privs`.
     DropAll,
-    /// Keep what we were started with (sandboxd only).
-    Keep,
+    /// Keep only these (sandboxd: what launching as another user needs), drop the rest
+    /// from every set including the bounding set, and set `no_new_privs`.
+    KeepOnly(&'static [caps::Capability]),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -30,18 +31,26 @@ pub enum HardeningError {
 
 pub fn harden(policy: CapabilityPolicy) -> Result<(), HardeningError> {
     nix::sys::prctl::set_dumpable(false).map_err(HardeningError::Dumpable)?;
-    if policy == CapabilityPolicy::Keep {
-        return Ok(());
-    }
+    let keep: caps::CapsHashSet = match policy {
+        CapabilityPolicy::DropAll => Default::default(),
+        CapabilityPolicy::KeepOnly(list) => list.iter().copied().collect(),
+    };
     let caps_err = |set| move |source| HardeningError::Capabilities { set, source };
     // The bounding set can only shrink while we still hold CAP_SETPCAP, so it goes first.
     if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).unwrap_or(false) {
-        caps::clear(None, CapSet::Bounding).map_err(caps_err("bounding"))?;
+        for cap in caps::all() {
+            if !keep.contains(&cap) {
+                caps::drop(None, CapSet::Bounding, cap).map_err(caps_err("bounding"))?;
+            }
+        }
     }
     caps::clear(None, CapSet::Ambient).map_err(caps_err("ambient"))?;
     caps::clear(None, CapSet::Inheritable).map_err(caps_err("inheritable"))?;
-    caps::clear(None, CapSet::Effective).map_err(caps_err("effective"))?;
-    caps::clear(None, CapSet::Permitted).map_err(caps_err("permitted"))?;
+    // What we keep is what we have and asked for: never more than we were given.
+    let permitted = caps::read(None, CapSet::Permitted).map_err(caps_err("permitted"))?;
+    let kept: caps::CapsHashSet = permitted.intersection(&keep).copied().collect();
+    caps::set(None, CapSet::Effective, &kept).map_err(caps_err("effective"))?;
+    caps::set(None, CapSet::Permitted, &kept).map_err(caps_err("permitted"))?;
     nix::sys::prctl::set_no_new_privs().map_err(HardeningError::NoNewPrivs)?;
     Ok(())
 }

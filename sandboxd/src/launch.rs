@@ -204,6 +204,11 @@ impl Launcher {
                 c
             }
         };
+        // As root, every launch runs as the run's unprivileged user (bubblewrap then
+        // relies on unprivileged user namespaces, as it does for a user's supervisor).
+        if let Some((uid, gid)) = service_user(&p.policy) {
+            command.uid(uid).gid(gid);
+        }
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
         let mut child =
             command.spawn().map_err(|e| Status::failed_precondition(format!("cannot start the launch: {e}")))?;
@@ -255,6 +260,19 @@ impl Launcher {
             send(Event::Exit(exit)).await;
         });
         Ok(ReceiverStream::new(rx))
+    }
+}
+
+/// Who a launch runs as when sandboxd is root: the owner of the run's working
+/// directory, or `nobody` when that is root itself. `None` when we are not root.
+pub fn service_user(policy: &RunPolicy) -> Option<(u32, u32)> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(&policy.work_dir) {
+        Ok(m) if m.uid() != 0 => Some((m.uid(), m.gid())),
+        _ => Some(crate::probe::UNPRIVILEGED),
     }
 }
 

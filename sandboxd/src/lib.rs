@@ -31,7 +31,21 @@ use crate::launch::{Launcher, Runs};
 use crate::policy::RunPolicy;
 use crate::probe::{Backend, ProbeResult, SandboxChoice};
 
-pub const SPEC: HelperSpec = HelperSpec { name: "sandboxd", capabilities: CapabilityPolicy::Keep };
+/// As root, sandboxd keeps only what launching as the run's unprivileged user needs:
+/// switching to it, killing its processes, and creating the protected files of its
+/// directories for it. Everything else, from every set.
+pub const KEPT_CAPABILITIES: &[caps::Capability] = &[
+    caps::Capability::CAP_SETUID,
+    caps::Capability::CAP_SETGID,
+    caps::Capability::CAP_KILL,
+    caps::Capability::CAP_CHOWN,
+    caps::Capability::CAP_DAC_OVERRIDE,
+    caps::Capability::CAP_DAC_READ_SEARCH,
+    caps::Capability::CAP_FOWNER,
+];
+
+pub const SPEC: HelperSpec =
+    HelperSpec { name: "sandboxd", capabilities: CapabilityPolicy::KeepOnly(KEPT_CAPABILITIES) };
 
 pub struct SandboxdService {
     context: HelperContext,

@@ -67,7 +67,12 @@ impl ProbeResult {
     }
 }
 
-/// Runs the probe. `bwrap` overrides the PATH lookup (configuration).
+/// The user envelopes are launched as, when we are root: the test launch must be made
+/// as that user, or it would prove what root can do rather than what launches can.
+pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
+
+/// Runs the probe. `bwrap` overrides the PATH lookup (configuration). As root, the test
+/// launch runs as an unprivileged user, as every real launch does.
 pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
     let none = |detail: String| ProbeResult { backend: Backend::None, detail, bwrap: None };
     if choice == SandboxChoice::Off {
@@ -89,7 +94,12 @@ pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
     // The smallest envelope that needs everything a real one needs: new user, pid,
     // net, ipc and uts namespaces (a required user namespace, not --unshare-all's
     // "try"), no capabilities, mounts, and an exec inside.
-    let launch = Command::new(&bwrap)
+    let mut launch = Command::new(&bwrap);
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::process::CommandExt;
+        launch.uid(UNPRIVILEGED.0).gid(UNPRIVILEGED.1).current_dir("/");
+    }
+    let launch = launch
         .args(["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"])
         .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"])
         .args(["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"])

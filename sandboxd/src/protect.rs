@@ -30,8 +30,8 @@ pub fn prepare(writable: &[PathBuf], home: &Path, create: bool) -> Vec<PathBuf> 
         for git in find_git_dirs(root, REPO_DEPTH) {
             let hooks = git.join("hooks");
             // A missing hooks directory could be created and filled by the agent.
-            if create {
-                let _ = fs::create_dir(&hooks);
+            if create && fs::create_dir(&hooks).is_ok() {
+                give_to_owner_of(&git, &hooks);
             }
             for name in ["hooks", "config", "config.worktree", "commondir", "info"] {
                 let p = git.join(name);
@@ -44,8 +44,8 @@ pub fn prepare(writable: &[PathBuf], home: &Path, create: bool) -> Vec<PathBuf> 
     if writable.iter().any(|root| home.starts_with(root)) {
         for rc in RC_FILES {
             let p = home.join(rc);
-            if create && fs::symlink_metadata(&p).is_err() {
-                let _ = fs::write(&p, b"");
+            if create && fs::symlink_metadata(&p).is_err() && fs::write(&p, b"").is_ok() {
+                give_to_owner_of(home, &p);
             }
             if is_real(&p) {
                 protected.push(p);
@@ -53,6 +53,14 @@ pub fn prepare(writable: &[PathBuf], home: &Path, create: bool) -> Vec<PathBuf> 
         }
     }
     protected
+}
+
+/// What we create in someone's directory is theirs (we may be root).
+fn give_to_owner_of(dir: &Path, created: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = fs::metadata(dir) {
+        let _ = std::os::unix::fs::lchown(created, Some(m.uid()), Some(m.gid()));
+    }
 }
 
 /// Exists and is not a symlink (a bind through a link would protect the wrong thing).

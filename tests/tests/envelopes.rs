@@ -48,6 +48,15 @@ fn world() -> World {
     std::fs::write(secrets.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
     std::fs::create_dir_all(secrets.join(".aws")).unwrap();
     std::fs::write(secrets.join(".aws/credentials"), "aws_secret_access_key=x").unwrap();
+    // The run's files belong to the unprivileged user sandboxd launches as when it is
+    // root (their owner); the person's checkout and secrets do not.
+    if nix::unistd::geteuid().is_root() {
+        let chown =
+            std::process::Command::new("chown").args(["-R", "65534:65534"]).arg(&conversation).status().unwrap();
+        assert!(chown.success());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     World { _tmp: tmp, root, checkout, checkout_link, data, repo, agent_work, agent_config, secrets }
 }
 
@@ -141,10 +150,19 @@ async fn writes_outside_the_roots_fail_and_the_host_is_unchanged() {
     assert!(!w.secrets.join(".ssh/authorized_keys").exists());
     assert_eq!(std::fs::read_to_string(w.agent_config.join("settings.json")).unwrap(), "{}");
 
-    // Inside the roots, work goes on.
-    let out = run(&mut client, "r1", BASH, "echo ok > new-file && git status --short new-file && cat new-file").await;
+    // Inside the roots, work goes on, as the unprivileged owner of the run's files.
+    let out =
+        run(&mut client, "r1", BASH, "echo ok > new-file && git status --short new-file && cat new-file && id -u")
+            .await;
     assert_eq!(out.code(), Some(0), "{}", out.stderr);
     assert_eq!(std::fs::read_to_string(w.repo.join("new-file")).unwrap(), "ok\n");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(w.repo.join("new-file")).unwrap().uid(),
+        65534,
+        "launched as the run's user, not root"
+    );
+    assert!(out.stdout.trim_end().ends_with("65534"), "{}", out.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -440,6 +458,10 @@ async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     // A service of the run's own (a stand-in for its egress proxy) on a unix socket.
     let socket = w.root.join("proxy.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    // The run's sockets are the run's user's, like its files.
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&socket, Some(65534), Some(65534)).unwrap();
+    }
     std::thread::spawn(move || {
         use std::io::{Read, Write};
         for mut conn in listener.incoming().flatten() {
