@@ -24,6 +24,22 @@ use crate::{environment, protect, short};
 
 /// At most this much argv, in bytes.
 const MAX_ARGV_BYTES: usize = 1 << 20;
+/// A bubblewrap command line longer than this is passed on its stdin (`--args 0`,
+/// NUL-separated) rather than in argv, which the kernel bounds.
+const ARGS_ON_STDIN_OVER: usize = 32 * 1024;
+
+/// Whether `args` go to bubblewrap on its stdin; if so, the bytes to write.
+pub fn args_on_stdin(args: &[OsString]) -> Option<Vec<u8>> {
+    let total: usize = args.iter().map(|a| a.len() + 1).sum();
+    (total > ARGS_ON_STDIN_OVER).then(|| {
+        let mut bytes = Vec::with_capacity(total);
+        for a in args {
+            bytes.extend_from_slice(a.as_bytes());
+            bytes.push(0);
+        }
+        bytes
+    })
+}
 /// Violation reports per launch, at most.
 const MAX_VIOLATIONS: usize = 64;
 
@@ -74,6 +90,21 @@ impl Runs {
         if let Some(e) = self.lock().get_mut(run_id) {
             e.groups.remove(&group);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_command_lines_go_on_stdin_nul_separated() {
+        let short = vec![OsString::from("--ro-bind"), OsString::from("/usr")];
+        assert!(args_on_stdin(&short).is_none());
+        let long: Vec<OsString> = (0..2000).map(|i| OsString::from(format!("arg-{i:030}"))).collect();
+        let bytes = args_on_stdin(&long).unwrap();
+        assert_eq!(bytes.iter().filter(|&&b| b == 0).count(), 2000);
+        assert!(bytes.starts_with(b"arg-000000000000000000000000000000\0arg-"));
     }
 }
 

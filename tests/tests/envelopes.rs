@@ -493,3 +493,28 @@ async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     let err = client.register_run(bad).await.unwrap_err();
     assert!(err.message().contains("is not a unix socket"), "{}", err.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_very_long_command_line_reaches_the_command_whole() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    // 4,000 arguments, 400 KB: bubblewrap gets its command line on stdin.
+    let mut argv =
+        vec![b"/bin/sh".to_vec(), b"-c".to_vec(), b"echo $#; echo \"${4000}\"; cat".to_vec(), b"sh".to_vec()];
+    argv.extend((1..=4000).map(|i| format!("{i:0100}").into_bytes()));
+    let request = pb::LaunchRequest { run_id: "r1".into(), kind: BASH as i32, argv, timeout_seconds: 30 };
+    let mut stream = client.launch(request).await.unwrap().into_inner();
+    use tokio_stream::StreamExt;
+    let mut stdout = String::new();
+    let mut code = None;
+    while let Some(event) = stream.next().await {
+        match event.unwrap().event {
+            Some(pb::launch_event::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_event::Event::Exit(e)) => code = e.code,
+            _ => {}
+        }
+    }
+    assert_eq!(code, Some(0));
+    // `cat` found its stdin at its end: the arguments were not left for the command.
+    assert_eq!(stdout, format!("4000\n{:0100}\n", 4000));
+}
