@@ -93,21 +93,6 @@ impl Runs {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_command_lines_go_on_stdin_nul_separated() {
-        let short = vec![OsString::from("--ro-bind"), OsString::from("/usr")];
-        assert!(args_on_stdin(&short).is_none());
-        let long: Vec<OsString> = (0..2000).map(|i| OsString::from(format!("arg-{i:030}"))).collect();
-        let bytes = args_on_stdin(&long).unwrap();
-        assert_eq!(bytes.iter().filter(|&&b| b == 0).count(), 2000);
-        assert!(bytes.starts_with(b"arg-000000000000000000000000000000\0arg-"));
-    }
-}
-
 fn kill_group(group: u32) {
     let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group as i32), nix::sys::signal::Signal::SIGKILL);
 }
@@ -343,5 +328,20 @@ async fn forward(
                 partial.clear();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_command_lines_go_on_stdin_nul_separated() {
+        let short = vec![OsString::from("--ro-bind"), OsString::from("/usr")];
+        assert!(args_on_stdin(&short).is_none());
+        let long: Vec<OsString> = (0..2000).map(|i| OsString::from(format!("arg-{i:030}"))).collect();
+        let bytes = args_on_stdin(&long).unwrap();
+        assert_eq!(bytes.iter().filter(|&&b| b == 0).count(), 2000);
+        assert!(bytes.starts_with(b"arg-000000000000000000000000000000\0arg-"));
     }
 }
