@@ -12,6 +12,7 @@ pub mod policy;
 pub mod probe;
 pub mod protect;
 pub mod sbpl;
+pub mod seatbelt_log;
 pub mod seccomp;
 pub mod system;
 pub mod violations;
