@@ -201,8 +201,12 @@ async fn no_host_process_capability_or_namespace_escape() {
          python3 -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print(\"io_uring\", l.syscall(425, 1, 0), ctypes.get_errno()); print(\"clone3\", l.syscall(435, 0, 0), ctypes.get_errno())'\n\
          python3 -c 'import fcntl, termios, sys\ntry:\n  fcntl.ioctl(1, termios.TIOCSTI, b\"x\"); print(\"TIOCSTI worked\")\nexcept OSError as e: print(\"tiocsti errno\", e.errno)'\n"
     );
+    for kind in [OVERLAY, BASH] {
+        let out = run(&mut client, "r1", kind, &script).await;
+        assert!(!out.stdout.contains("ESCAPED") && !out.stdout.contains("SAW"), "{kind:?}: {}\n{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{kind:?}: {}", out.stdout);
+    }
     let out = run(&mut client, "r1", BASH, &script).await;
-    assert!(!out.stdout.contains("ESCAPED") && !out.stdout.contains("SAW"), "{}\n{}", out.stdout, out.stderr);
     let pids: u32 = out.stdout.lines().find_map(|l| l.strip_prefix("pids=")).unwrap().trim().parse().unwrap();
     assert!(pids <= 6, "the envelope sees {pids} processes:\n{}", out.stdout);
     assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{}", out.stdout);
@@ -223,17 +227,20 @@ fn host_has_process(needle: &str) -> bool {
 async fn nothing_of_a_launch_outlives_it() {
     let w = world();
     let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
-    let out = run(
-        &mut client,
-        "r1",
-        BASH,
-        "(setsid sleep 1037 &) ; (sleep 1038 &) ; nohup sleep 1039 >/dev/null 2>&1 & (trap '' TERM; exec sleep 1040) & echo started",
-    )
-    .await;
-    assert_eq!(out.code(), Some(0), "{}", out.stderr);
-    assert!(out.stdout.contains("started"));
-    for n in [1037, 1038, 1039, 1040] {
-        assert!(!host_has_process(&format!("sleep {n}")), "sleep {n} outlived its launch");
+    for (kind, base) in [(BASH, 1037), (OVERLAY, 1047)] {
+        let script = format!(
+            "(setsid sleep {a} &) ; (sleep {b} &) ; nohup sleep {c} >/dev/null 2>&1 & (trap '' TERM; exec sleep {d}) & echo started",
+            a = base,
+            b = base + 1,
+            c = base + 2,
+            d = base + 3
+        );
+        let out = run(&mut client, "r1", kind, &script).await;
+        assert_eq!(out.code(), Some(0), "{}", out.stderr);
+        assert!(out.stdout.contains("started"));
+        for n in base..base + 4 {
+            assert!(!host_has_process(&format!("sleep {n}")), "{kind:?}: sleep {n} outlived its launch");
+        }
     }
 }
 
@@ -278,8 +285,10 @@ async fn without_network_nothing_connects() {
          curl -s --max-time 3 http://example.invalid/ >/dev/null && echo CONNECTED dns\n\
          getent hosts localhost >/dev/null; true"
     );
-    let out = run(&mut client, "r1", BASH, &script).await;
-    assert!(!out.stdout.contains("CONNECTED"), "{}", out.stdout);
+    for kind in [BASH, OVERLAY] {
+        let out = run(&mut client, "r1", kind, &script).await;
+        assert!(!out.stdout.contains("CONNECTED"), "{kind:?}: {}", out.stdout);
+    }
     assert!(listener.accept().is_err(), "a connection reached the host's loopback");
 }
 
