@@ -23,8 +23,8 @@ const LAUNCHES: usize = 40;
 
 pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("cc-bench-sbx-").tempdir()?;
-    let work = std::fs::canonicalize(tmp.path())?.join("work");
-    std::fs::create_dir(&work)?;
+    let work = std::fs::canonicalize(tmp.path())?.join("conversations/c/repos/demo");
+    std::fs::create_dir_all(&work)?;
     let socket = tmp.path().join("sock/sandboxd.sock");
     let secret = PeerSecret::generate()?;
     let mut child = Command::new(sibling("cc-sandboxd")?)

@@ -34,6 +34,9 @@ pub struct Envelope<'a> {
     pub init: &'a Path,
     pub env: &'a BTreeMap<String, String>,
     pub argv: &'a [OsString],
+    /// The data directory: hidden behind an empty read-only tmpfs, so that only the
+    /// run's roots inside it are visible (not state.db, the sockets, other runs).
+    pub data_dir: Option<&'a Path>,
 }
 
 /// The roots a kind makes writable, and those it shows read-only.
@@ -50,10 +53,11 @@ pub fn roots(policy: &RunPolicy, kind: Kind) -> (Vec<PathBuf>, Vec<PathBuf>) {
     }
 }
 
-/// HOME inside the envelope.
+/// HOME inside the envelope. The harness bash gets the envelope's own /tmp: its
+/// working directory is the person's repository copy, not a place for dotfiles.
 pub fn home(policy: &RunPolicy, kind: Kind) -> PathBuf {
     match kind {
-        Kind::HarnessBash => policy.work_dir.clone(),
+        Kind::HarnessBash => PathBuf::from("/tmp"),
         Kind::Overlay => policy.home().to_owned(),
     }
 }
@@ -73,6 +77,7 @@ impl Envelope<'_> {
             "--cap-drop",
             "ALL",
             "--as-pid-1",
+            "--disable-userns",
             "--clearenv",
         ]);
         for (name, value) in self.env {
@@ -100,7 +105,8 @@ impl Envelope<'_> {
         // bubblewrap creates the directories leading to each bind. Under the fresh
         // /tmp they would be writable scratch that looks like the host's paths: each
         // such tree gets a tmpfs of its own, made read-only once the binds are in.
-        let skeletons = tmp_skeletons(writable.iter().chain(&readonly));
+        let mut skeletons = tmp_skeletons(writable.iter().chain(&readonly));
+        skeletons.extend(self.data_dir.map(Path::to_owned));
         for top in &skeletons {
             a.flag("--tmpfs").arg(top);
         }
@@ -114,6 +120,25 @@ impl Envelope<'_> {
         let mut last: Vec<&PathBuf> = self.protected.iter().chain(&self.policy.write_deny).collect();
         last.sort();
         last.dedup();
+        // Every directory between a writable root and a protected path becomes a mount
+        // point of its own: a mount point cannot be renamed or removed, so `mv .git
+        // .old; mkdir .git` cannot get round the protection.
+        let mut pinned = std::collections::BTreeSet::new();
+        for path in &last {
+            if let Some(root) = writable.iter().find(|root| path.starts_with(root)) {
+                let mut dir = path.parent();
+                while let Some(d) = dir {
+                    if d == root.as_path() || !d.starts_with(root) {
+                        break;
+                    }
+                    pinned.insert(d.to_owned());
+                    dir = d.parent();
+                }
+            }
+        }
+        for dir in &pinned {
+            a.bind("--bind", dir, dir);
+        }
         for path in last {
             // A path outside every writable root is not visible at all, which is
             // stronger than read-only; binding it would make it appear.
@@ -195,6 +220,7 @@ mod tests {
             write_deny: vec!["/home/me/src/demo".into(), "/d/conversations/c1/repos/demo/.git/config".into()],
             env: BTreeMap::new(),
             bridges: BTreeMap::new(),
+            identities: vec![],
         }
     }
 
@@ -221,6 +247,7 @@ mod tests {
             system: &v,
             protected,
             init: Path::new("/opt/cc/cc-sandboxd"),
+            data_dir: Some(Path::new("/d")),
             env: &env,
             argv: &argv,
         };
@@ -256,7 +283,9 @@ mod tests {
         let a = args(Kind::HarnessBash, &[]);
         let writable: Vec<_> =
             a.iter().enumerate().filter(|(_, x)| *x == "--bind").map(|(i, _)| a[i + 1].clone()).collect();
-        assert_eq!(writable, ["/d/conversations/c1/repos/demo"]);
+        // The root, and directories inside it pinned as mount points (never wider).
+        assert_eq!(writable[0], "/d/conversations/c1/repos/demo");
+        assert!(writable.iter().all(|w| w.starts_with("/d/conversations/c1/repos/demo")), "{writable:?}");
         assert!(!a.iter().any(|x| x.contains("/agents/a/config")));
     }
 
@@ -291,6 +320,21 @@ mod tests {
     }
 
     #[test]
+    fn directories_leading_to_protected_paths_are_pinned() {
+        let hooks = PathBuf::from("/d/conversations/c1/repos/demo/.git/hooks");
+        let a = args(Kind::Overlay, std::slice::from_ref(&hooks));
+        for dir in ["/d/conversations/c1/repos/demo", "/d/conversations/c1/repos/demo/.git"] {
+            assert!(position(&a, &["--bind", dir, dir]).is_some(), "{dir} not pinned: {a:?}");
+        }
+        // The data dir is masked before the roots are bound, and read-only at the end.
+        let mask = position(&a, &["--tmpfs", "/d"]).unwrap();
+        let first_root = a.iter().position(|x| x == "--bind").unwrap();
+        assert!(mask < first_root);
+        assert!(position(&a, &["--remount-ro", "/d"]).unwrap() > first_root);
+        assert!(a.contains(&"--disable-userns".to_owned()));
+    }
+
+    #[test]
     fn system_view_is_read_only_and_secrets_are_masked() {
         let a = args(Kind::HarnessBash, &[]);
         assert!(position(&a, &["--ro-bind", "/usr", "/usr"]).is_some());
@@ -313,6 +357,7 @@ mod tests {
             system: &v,
             protected: &[],
             init: Path::new("/i"),
+            data_dir: None,
             env: &env,
             argv: &argv,
         };
@@ -337,6 +382,7 @@ mod tests {
             system: &v,
             protected: &[],
             init: Path::new("/i"),
+            data_dir: None,
             env: &env,
             argv: &argv,
         };

@@ -44,7 +44,19 @@ fn parse_bridges<'a>(args: impl Iterator<Item = &'a OsString>) -> Result<Vec<(u1
 }
 
 pub fn main(args: &[OsString]) -> ExitCode {
+    // Non-dumpable first: no process of the workload may read or write our memory
+    // through /proc/<pid>/mem, which is not the ptrace syscall the filter refuses.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        return fail(format!("cannot make the init non-dumpable: {e}"));
+    }
     if args.first().is_some_and(|a| a == SERVE_BRIDGES) {
+        // The bridge keeps AF_UNIX (its whole job) and nothing else the workload lacks.
+        if let Err(e) = nix::sys::prctl::set_no_new_privs()
+            .map_err(|e| e.to_string())
+            .and_then(|()| crate::seccomp::install(true).map_err(|e| e.to_string()))
+        {
+            return fail(format!("cannot filter the bridges: {e}"));
+        }
         return match parse_bridges(args[1..].iter()) {
             Ok(bridges) => serve_bridges(bridges),
             Err(e) => fail(e),
@@ -72,7 +84,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     {
         return fail(format!("cannot start the bridges: {e}"));
     }
-    if let Err(e) = crate::seccomp::install() {
+    if let Err(e) = crate::seccomp::install(false) {
         return fail(format!("cannot install the seccomp filter, refusing to run the command: {e}"));
     }
     run_command(program, rest)

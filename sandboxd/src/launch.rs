@@ -24,24 +24,18 @@ use crate::{environment, protect, short};
 
 /// At most this much argv, in bytes.
 const MAX_ARGV_BYTES: usize = 1 << 20;
-/// A bubblewrap command line longer than this is passed on its stdin (`--args 0`,
-/// NUL-separated) rather than in argv, which the kernel bounds.
-const ARGS_ON_STDIN_OVER: usize = 32 * 1024;
-
-/// Whether `args` go to bubblewrap on its stdin; if so, the bytes to write.
-pub fn args_on_stdin(args: &[OsString]) -> Option<Vec<u8>> {
-    let total: usize = args.iter().map(|a| a.len() + 1).sum();
-    (total > ARGS_ON_STDIN_OVER).then(|| {
-        let mut bytes = Vec::with_capacity(total);
-        for a in args {
-            bytes.extend_from_slice(a.as_bytes());
-            bytes.push(0);
-        }
-        bytes
-    })
-}
 /// Violation reports per launch, at most.
 const MAX_VIOLATIONS: usize = 64;
+
+/// Arguments as bubblewrap's `--args` reads them: each followed by a NUL.
+pub fn nul_separated(args: &[OsString]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(args.iter().map(|a| a.len() + 1).sum());
+    for a in args {
+        bytes.extend_from_slice(a.as_bytes());
+        bytes.push(0);
+    }
+    bytes
+}
 
 #[derive(Default)]
 pub struct Runs {
@@ -102,6 +96,7 @@ pub struct Launcher {
     system: SystemView,
     init: PathBuf,
     runs: Arc<Runs>,
+    data_dir: PathBuf,
 }
 
 /// Everything a launch or an explanation is computed from.
@@ -113,21 +108,26 @@ struct Prepared {
 }
 
 impl Launcher {
-    pub fn new(probe: ProbeResult, runs: Arc<Runs>) -> Self {
+    pub fn new(probe: ProbeResult, runs: Arc<Runs>, data_dir: PathBuf) -> Self {
         // cc-init, installed next to cc-sandboxd.
         let init = std::env::current_exe()
             .map(|exe| exe.with_file_name("cc-init"))
             .unwrap_or_else(|_| PathBuf::from("cc-init"));
-        Self { probe, system: SystemView::discover(), init, runs }
+        Self { probe, system: SystemView::discover(), init, runs, data_dir }
     }
 
     pub fn probe(&self) -> &ProbeResult {
         &self.probe
     }
 
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
     fn prepare(&self, run_id: &str, kind: i32, argv: &[Vec<u8>]) -> Result<Prepared, Status> {
         let policy =
             self.runs.policy(run_id).ok_or_else(|| Status::not_found(format!("no run {:?}", short(run_id))))?;
+        policy.verify().map_err(|e| Status::failed_precondition(e.to_string()))?;
         let kind = match pb::DispatchKind::try_from(kind) {
             Ok(pb::DispatchKind::Overlay) => Kind::Overlay,
             Ok(pb::DispatchKind::HarnessBash) => Kind::HarnessBash,
@@ -153,10 +153,11 @@ impl Launcher {
         Ok(Prepared { policy, kind, argv, env })
     }
 
-    fn envelope_args(&self, p: &Prepared, create: bool) -> Vec<OsString> {
+    fn envelope_args(&self, p: &Prepared, create: bool) -> Result<Vec<OsString>, Status> {
         let (writable, _) = bwrap::roots(&p.policy, p.kind);
-        let protected = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create);
-        Envelope {
+        let protected = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create)
+            .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))?;
+        Ok(Envelope {
             policy: &p.policy,
             kind: p.kind,
             system: &self.system,
@@ -164,8 +165,9 @@ impl Launcher {
             init: &self.init,
             env: &p.env,
             argv: &p.argv,
+            data_dir: Some(&self.data_dir),
         }
-        .bwrap_args()
+        .bwrap_args())
     }
 
     pub fn explain(&self, request: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
@@ -173,7 +175,7 @@ impl Launcher {
         let argv = match self.probe.backend {
             Backend::Native => {
                 let mut all = vec![self.probe.bwrap.clone().unwrap_or_default().into_os_string()];
-                all.extend(self.envelope_args(&p, false));
+                all.extend(self.envelope_args(&p, false)?);
                 all
             }
             Backend::None => p.argv.clone(),
@@ -196,22 +198,31 @@ impl Launcher {
             let this = self.clone();
             let r = request.clone();
             tokio::task::spawn_blocking(move || {
-                this.prepare(&r.run_id, r.kind, &r.argv).map(|p| {
-                    let args = (this.probe.backend == Backend::Native).then(|| this.envelope_args(&p, true));
-                    (p, args)
-                })
+                let p = this.prepare(&r.run_id, r.kind, &r.argv)?;
+                let args = match this.probe.backend {
+                    Backend::Native => Some(this.envelope_args(&p, true)?),
+                    Backend::None => None,
+                };
+                Ok::<_, Status>((p, args))
             })
             .await
             .map_err(|e| Status::internal(e.to_string()))??
         };
         let (p, envelope) = prepared;
         let native = envelope.is_some();
+        // bubblewrap always reads its options from its stdin (`--args 0`): they hold the
+        // environment's values, which a command line would show to every local user in
+        // /proc/<pid>/cmdline.
+        let mut stdin_args = None;
         let mut command = match envelope {
             Some(args) => {
                 let bwrap =
                     self.probe.bwrap.clone().ok_or_else(|| Status::internal("the native backend has no bubblewrap"))?;
                 let mut c = tokio::process::Command::new(bwrap);
-                c.args(args).env_clear();
+                // bubblewrap takes options from the descriptor; the command stays in argv.
+                let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
+                c.args(["--args", "0"]).args(&args[split..]).env_clear();
+                stdin_args = Some(nul_separated(&args[..split]));
                 c
             }
             None => {
@@ -225,9 +236,18 @@ impl Launcher {
         if let Some((uid, gid)) = service_user(&p.policy) {
             command.uid(uid).gid(gid);
         }
-        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+        let stdin = if stdin_args.is_some() { Stdio::piped() } else { Stdio::null() };
+        command.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
         let mut child =
             command.spawn().map_err(|e| Status::failed_precondition(format!("cannot start the launch: {e}")))?;
+        if let (Some(bytes), Some(mut pipe)) = (stdin_args, child.stdin.take()) {
+            // bubblewrap reads its options to the end of its stdin; the command then
+            // finds that stdin at its end, as if it were /dev/null.
+            use tokio::io::AsyncWriteExt;
+            tokio::spawn(async move {
+                let _ = pipe.write_all(&bytes).await;
+            });
+        }
         let group = child.id().unwrap_or(0);
         let run_id = request.run_id.clone();
         if !self.runs.add(&run_id, group) {
@@ -336,12 +356,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_command_lines_go_on_stdin_nul_separated() {
-        let short = vec![OsString::from("--ro-bind"), OsString::from("/usr")];
-        assert!(args_on_stdin(&short).is_none());
-        let long: Vec<OsString> = (0..2000).map(|i| OsString::from(format!("arg-{i:030}"))).collect();
-        let bytes = args_on_stdin(&long).unwrap();
-        assert_eq!(bytes.iter().filter(|&&b| b == 0).count(), 2000);
-        assert!(bytes.starts_with(b"arg-000000000000000000000000000000\0arg-"));
+    fn arguments_are_nul_separated() {
+        let args = vec![OsString::from("--setenv"), OsString::from("K"), OsString::from("v a l")];
+        assert_eq!(nul_separated(&args), b"--setenv\0K\0v a l\0");
     }
 }

@@ -61,8 +61,15 @@ impl SandboxdService {
         let bwrap = options.get("bwrap").map(PathBuf::from);
         let probe = probe::probe(choice, bwrap.as_deref());
         tracing::info!(probe = %probe.line(), "sandboxd probe");
+        // The supervisor asked for native: never launch unwrapped instead (fail closed).
+        if choice == SandboxChoice::Native && probe.backend != Backend::Native {
+            eprintln!("cc-sandboxd: --sandbox native was asked for, but {}", probe.line());
+            std::process::exit(2);
+        }
+        let data_dir =
+            std::fs::canonicalize(&context.bootstrap.data_dir).unwrap_or_else(|_| context.bootstrap.data_dir.clone());
         let runs = Arc::new(Runs::default());
-        let launcher = Arc::new(Launcher::new(probe, runs.clone()));
+        let launcher = Arc::new(Launcher::new(probe, runs.clone(), data_dir));
         Self { context: context.clone(), launcher, runs }
     }
 }
@@ -87,7 +94,8 @@ impl Sandboxd for SandboxdService {
 
     async fn register_run(&self, request: Request<pb::RunPolicy>) -> Result<Response<pb::RegisterRunResponse>, Status> {
         let proto = request.into_inner();
-        let policy = tokio::task::spawn_blocking(move || RunPolicy::from_proto(&proto))
+        let data_dir = self.launcher.data_dir().to_owned();
+        let policy = tokio::task::spawn_blocking(move || RunPolicy::from_proto(&proto, &data_dir))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| Status::invalid_argument(e.to_string()))?;

@@ -20,6 +20,9 @@ pub struct RunPolicy {
     pub env: BTreeMap<String, String>,
     /// Loopback port inside the envelope → the run's unix socket on the host.
     pub bridges: BTreeMap<u16, PathBuf>,
+    /// Each root's device and inode at registration, checked again before every
+    /// launch: a root replaced by a symlink (or moved) since is refused.
+    pub identities: Vec<(PathBuf, (u64, u64))>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -42,6 +45,10 @@ pub enum PolicyError {
     BadPort(u32),
     #[error("bridge socket {0} is not a unix socket")]
     NotASocket(PathBuf),
+    #[error("{field} {path} is outside the data directory {data_dir}: sandboxd binds only the run's own directories")]
+    OutsideDataDir { field: &'static str, path: PathBuf, data_dir: PathBuf },
+    #[error("the run's {path} changed since it was registered (moved or replaced by a link): refusing to launch")]
+    Changed { path: PathBuf },
 }
 
 fn path_of(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyError> {
@@ -76,8 +83,15 @@ fn bind_root(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, Polic
     Ok(Some(resolved))
 }
 
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().filter(|m| m.is_dir()).map(|m| (m.dev(), m.ino()))
+}
+
 impl RunPolicy {
-    pub fn from_proto(p: &pb::RunPolicy) -> Result<Self, PolicyError> {
+    /// Every root must lie inside `data_dir` (canonical), where the supervisor keeps
+    /// the run's directories.
+    pub fn from_proto(p: &pb::RunPolicy, data_dir: &Path) -> Result<Self, PolicyError> {
         let id_ok = !p.run_id.is_empty()
             && p.run_id.len() <= 64
             && p.run_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
@@ -109,7 +123,7 @@ impl RunPolicy {
                 return Err(PolicyError::BadPort(bridge.port));
             }
         }
-        Ok(Self {
+        let policy = Self {
             run_id: p.run_id.clone(),
             bridges,
             agent_work: bind_root("agent_work", &p.agent_work)?,
@@ -119,7 +133,45 @@ impl RunPolicy {
             work_dir: bind_root("work_dir", &p.work_dir)?.ok_or(PolicyError::NoWorkDir)?,
             write_deny,
             env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        })
+            identities: vec![],
+        };
+        let mut identities = Vec::new();
+        for (field, root) in policy.roots() {
+            if !root.starts_with(data_dir) {
+                return Err(PolicyError::OutsideDataDir { field, path: root.clone(), data_dir: data_dir.to_owned() });
+            }
+            let id = identity(root).ok_or_else(|| PolicyError::NotADirectory { field, path: root.clone() })?;
+            identities.push((root.clone(), id));
+        }
+        Ok(Self { identities, ..policy })
+    }
+
+    fn roots(&self) -> Vec<(&'static str, &PathBuf)> {
+        let mut roots = vec![("work_dir", &self.work_dir)];
+        for (field, root) in [
+            ("agent_work", &self.agent_work),
+            ("agent_config", &self.agent_config),
+            ("repos", &self.repos),
+            ("attachments", &self.attachments),
+        ] {
+            if let Some(r) = root {
+                roots.push((field, r));
+            }
+        }
+        roots
+    }
+
+    /// Before every launch: each root is still the directory that was registered, with
+    /// no symlink on its path. (What remains is the instant between this check and the
+    /// bind; binding by file descriptor would close it.)
+    pub fn verify(&self) -> Result<(), PolicyError> {
+        for (path, id) in &self.identities {
+            let same = std::fs::canonicalize(path).is_ok_and(|c| &c == path) && identity(path) == Some(*id);
+            if !same {
+                return Err(PolicyError::Changed { path: path.clone() });
+            }
+        }
+        Ok(())
     }
 
     /// HOME inside the envelope: the agent's work dir, else the working directory.
@@ -140,23 +192,56 @@ mod tests {
     fn resolves_and_checks_roots() {
         let tmp = tempfile::tempdir().unwrap();
         let work = std::fs::canonicalize(tmp.path()).unwrap();
-        let p = RunPolicy::from_proto(&proto(&work)).unwrap();
+        let p = RunPolicy::from_proto(&proto(&work), &work).unwrap();
         assert_eq!(p.work_dir, work);
         assert_eq!(p.home(), work);
+        p.verify().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            RunPolicy::from_proto(&proto(&work), &std::fs::canonicalize(elsewhere.path()).unwrap()),
+            Err(PolicyError::OutsideDataDir { .. })
+        ));
 
         let link = work.join("link");
         std::os::unix::fs::symlink("/etc", &link).unwrap();
-        assert!(matches!(RunPolicy::from_proto(&proto(&link)), Err(PolicyError::CrossesSymlink { .. })));
-        assert!(matches!(RunPolicy::from_proto(&proto(Path::new("relative"))), Err(PolicyError::NotAbsolute { .. })));
-        assert!(matches!(RunPolicy::from_proto(&proto(&work.join("missing"))), Err(PolicyError::Unresolvable { .. })));
+        assert!(matches!(
+            RunPolicy::from_proto(&proto(&link), Path::new("/")),
+            Err(PolicyError::CrossesSymlink { .. })
+        ));
+        assert!(matches!(
+            RunPolicy::from_proto(&proto(Path::new("relative")), Path::new("/")),
+            Err(PolicyError::NotAbsolute { .. })
+        ));
+        assert!(matches!(
+            RunPolicy::from_proto(&proto(&work.join("missing")), Path::new("/")),
+            Err(PolicyError::Unresolvable { .. })
+        ));
         let mut bad = proto(&work);
         bad.work_dir = b"/tmp/a\0b".to_vec();
-        assert!(matches!(RunPolicy::from_proto(&bad), Err(PolicyError::NotAbsolute { .. })));
+        assert!(matches!(RunPolicy::from_proto(&bad, Path::new("/")), Err(PolicyError::NotAbsolute { .. })));
         for id in ["", "../x", "a b", &"x".repeat(65)] {
             let mut bad = proto(&work);
             bad.run_id = id.into();
-            assert!(matches!(RunPolicy::from_proto(&bad), Err(PolicyError::BadRunId(_))), "{id:?}");
+            assert!(matches!(RunPolicy::from_proto(&bad, Path::new("/")), Err(PolicyError::BadRunId(_))), "{id:?}");
         }
+    }
+
+    #[test]
+    fn a_root_replaced_after_registration_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let work = base.join("work");
+        std::fs::create_dir(&work).unwrap();
+        let policy = RunPolicy::from_proto(&proto(&work), &base).unwrap();
+        std::fs::rename(&work, base.join("moved")).unwrap();
+        std::os::unix::fs::symlink("/", &work).unwrap();
+        assert!(matches!(policy.verify(), Err(PolicyError::Changed { .. })));
+        std::fs::remove_file(&work).unwrap();
+        std::fs::create_dir(&work).unwrap();
+        assert!(
+            matches!(policy.verify(), Err(PolicyError::Changed { .. })),
+            "a new directory is not the registered one"
+        );
     }
 
     #[test]
@@ -167,7 +252,7 @@ mod tests {
         std::os::unix::fs::symlink(work.join("real"), work.join("alias")).unwrap();
         let mut p = proto(&work);
         p.write_deny = vec![work.join("alias").as_os_str().as_bytes().to_vec()];
-        let policy = RunPolicy::from_proto(&p).unwrap();
+        let policy = RunPolicy::from_proto(&p, &work).unwrap();
         assert!(policy.write_deny.contains(&work.join("alias")));
         assert!(policy.write_deny.contains(&work.join("real")));
     }

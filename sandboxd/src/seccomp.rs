@@ -82,14 +82,39 @@ fn equals(arg: u8, value: u64) -> Result<SeccompRule, SeccompError> {
     Ok(SeccompRule::new(vec![SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)?])?)
 }
 
-/// The two programs, in the order they are installed: the EPERM list, then `clone3`
-/// answered with ENOSYS (its flags live in memory a filter cannot read; libc falls
-/// back to `clone`, whose flags the first program checks).
-pub fn programs() -> Result<Vec<BpfProgram>, SeccompError> {
+/// Refuses every syscall number with the x32 bit (0x40000000) set: seccompiler's
+/// programs check the architecture but not the x32 ABI, under which every number
+/// above would be reachable again on a kernel built with it.
+fn x32_program() -> BpfProgram {
+    use seccompiler::sock_filter;
+    // BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K (linux/filter.h).
+    const LD_W_ABS: u16 = 0x20;
+    const JGE_K: u16 = 0x35;
+    const RET_K: u16 = 0x06;
+    vec![
+        sock_filter { code: LD_W_ABS, jt: 0, jf: 0, k: 0 },
+        sock_filter { code: JGE_K, jt: 0, jf: 1, k: 0x4000_0000 },
+        sock_filter { code: RET_K, jt: 0, jf: 0, k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32 },
+        sock_filter { code: RET_K, jt: 0, jf: 0, k: libc::SECCOMP_RET_ALLOW },
+    ]
+}
+
+/// The programs, in the order they are installed: the x32 guard, the EPERM list, then
+/// `clone3` answered with ENOSYS (its flags live in memory a filter cannot read; libc
+/// falls back to `clone`, whose flags the EPERM list checks). `allow_unix`: our own
+/// bridge process, which must connect to the run's sockets, keeps AF_UNIX.
+pub fn programs_for(allow_unix: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&nr| (nr, vec![])).collect();
+    rules.insert(libc::SYS_pidfd_getfd, vec![]);
     rules.insert(libc::SYS_clone, NAMESPACE_FLAGS.iter().map(|&f| flag_set(0, f)).collect::<Result<_, _>>()?);
-    rules.insert(libc::SYS_socket, vec![equals(0, libc::AF_UNIX as u64)?]);
+    // AF_UNIX reaches host services by path; AF_VSOCK reaches the host or hypervisor
+    // whatever the network namespace.
+    let mut families = vec![equals(0, libc::AF_VSOCK as u64)?];
+    if !allow_unix {
+        families.push(equals(0, libc::AF_UNIX as u64)?);
+    }
+    rules.insert(libc::SYS_socket, families);
     // The ioctl constants' type differs between targets (u32 or u64).
     #[allow(clippy::unnecessary_cast)]
     let (tiocsti, tioclinux) = (libc::TIOCSTI as u64, libc::TIOCLINUX as u64);
@@ -101,13 +126,18 @@ pub fn programs() -> Result<Vec<BpfProgram>, SeccompError> {
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
     )?;
-    Ok(vec![eperm.try_into()?, clone3.try_into()?])
+    Ok(vec![x32_program(), eperm.try_into()?, clone3.try_into()?])
 }
 
-/// Installs both programs on this thread (and so on every process it starts). Needs
+/// The workload's programs.
+pub fn programs() -> Result<Vec<BpfProgram>, SeccompError> {
+    programs_for(false)
+}
+
+/// Installs the programs on this thread (and so on every process it starts). Needs
 /// `no_new_privs`, which the init sets first.
-pub fn install() -> Result<(), SeccompError> {
-    for program in programs()? {
+pub fn install(allow_unix: bool) -> Result<(), SeccompError> {
+    for program in programs_for(allow_unix)? {
         seccompiler::apply_filter(&program)?;
     }
     Ok(())
@@ -118,7 +148,7 @@ mod tests {
     #[test]
     fn the_filter_compiles_for_this_architecture() {
         let programs = super::programs().unwrap();
-        assert_eq!(programs.len(), 2);
+        assert_eq!(programs.len(), 3);
         assert!(programs.iter().all(|p| !p.is_empty()));
     }
 }

@@ -25,12 +25,18 @@ pub struct Sandboxd {
 }
 
 impl Sandboxd {
-    pub fn start(options: BTreeMap<String, String>, env: &[(&str, &str)]) -> Self {
-        Self::start_as(None, options, env)
+    /// sandboxd for runs whose directories are inside `data_dir`.
+    pub fn start(data_dir: &Path, options: BTreeMap<String, String>, env: &[(&str, &str)]) -> Self {
+        Self::start_as(None, data_dir, options, env)
     }
 
     /// As `uid` (its gid the same number), which needs root.
-    pub fn start_as(uid: Option<u32>, options: BTreeMap<String, String>, env: &[(&str, &str)]) -> Self {
+    pub fn start_as(
+        uid: Option<u32>,
+        data_dir: &Path,
+        options: BTreeMap<String, String>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let tmp = tempfile::Builder::new().prefix("cc-sbx-").tempdir().unwrap();
         if let Some(uid) = uid {
             std::os::unix::fs::chown(tmp.path(), Some(uid), Some(uid)).unwrap();
@@ -54,7 +60,7 @@ impl Sandboxd {
         let bootstrap = Bootstrap {
             name: "sandboxd".into(),
             socket: socket.clone(),
-            data_dir: tmp.path().to_owned(),
+            data_dir: data_dir.to_owned(),
             log_format: cc_proto::logging::LogFormat::Text,
             peers: [("supervisor".to_owned(), secret.clone())].into(),
             supervisor_pid: std::process::id(),

@@ -84,7 +84,7 @@ async fn native(w: &World, env: &[(&str, &str)]) -> Option<(Sandboxd, Client)> {
     if !cc_tests::privileged("building envelopes with bubblewrap as root") {
         return None;
     }
-    let sbx = Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), env);
+    let sbx = Sandboxd::start(&w.data, BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), env);
     let mut client = sbx.client().await;
     let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
     assert_eq!(probe.backend, pb::Backend::Native as i32, "no native backend: {}", probe.detail);
@@ -174,7 +174,7 @@ async fn secrets_and_the_supervisors_state_are_unreadable() {
            cat \"$f\" 2>/dev/null | grep -q . && echo \"READ $f\"; done; \
          ls -A /etc/ssh | grep -q . && echo 'READ /etc/ssh'; \
          ls -A {d} 2>/dev/null | grep -qv '^conversations$' && echo 'SAW the data dir'; \
-         ls {co} 2>/dev/null && echo 'SAW the checkout'; ls {s} 2>/dev/null && echo 'SAW the home'; true",
+         ls {co} 2>/dev/null && echo 'SAW the checkout'; ls {s} 2>/dev/null && echo 'SAW the home'; echo checked",
         s = w.secrets.display(),
         d = w.data.display(),
         co = w.checkout.display()
@@ -182,6 +182,7 @@ async fn secrets_and_the_supervisors_state_are_unreadable() {
     for kind in [BASH, OVERLAY] {
         let out = run(&mut client, "r1", kind, &script).await;
         assert!(!out.stdout.contains("READ") && !out.stdout.contains("SAW"), "{kind:?}:\n{}", out.stdout);
+        assert!(out.stdout.contains("checked"), "{kind:?}: the script did not run: {}", out.stderr);
     }
 }
 
@@ -198,12 +199,18 @@ async fn no_host_process_capability_or_namespace_escape() {
          unshare -m true 2>/dev/null && echo 'ESCAPED unshare -m'\n\
          nsenter -t 1 -m true 2>/dev/null && echo 'ESCAPED nsenter'\n\
          mount -t tmpfs none /tmp 2>/dev/null && echo 'ESCAPED mount'\n\
-         python3 -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print(\"io_uring\", l.syscall(425, 1, 0), ctypes.get_errno()); print(\"clone3\", l.syscall(435, 0, 0), ctypes.get_errno())'\n\
+         python3 -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print(\"io_uring\", l.syscall(425, 1, 0), ctypes.get_errno()); print(\"clone3\", l.syscall(435, 0, 0), ctypes.get_errno()); print(\"clone-newuser\", l.syscall(56, 0x10000000 | 17, 0, 0, 0, 0), ctypes.get_errno()); print(\"x32-unshare\", l.syscall(0x40000000 + 272, 0x10000000), ctypes.get_errno())'\n\
+         python3 -c 'import socket\ntry:\n  socket.socket(40, socket.SOCK_STREAM); print(\"VSOCK opened\")\nexcept OSError as e: print(\"vsock errno\", e.errno)'\n\
          python3 -c 'import fcntl, termios, sys\ntry:\n  fcntl.ioctl(1, termios.TIOCSTI, b\"x\"); print(\"TIOCSTI worked\")\nexcept OSError as e: print(\"tiocsti errno\", e.errno)'\n"
     );
     for kind in [OVERLAY, BASH] {
         let out = run(&mut client, "r1", kind, &script).await;
-        assert!(!out.stdout.contains("ESCAPED") && !out.stdout.contains("SAW"), "{kind:?}: {}\n{}", out.stdout, out.stderr);
+        assert!(
+            !out.stdout.contains("ESCAPED") && !out.stdout.contains("SAW"),
+            "{kind:?}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
         assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{kind:?}: {}", out.stdout);
     }
     let out = run(&mut client, "r1", BASH, &script).await;
@@ -212,7 +219,13 @@ async fn no_host_process_capability_or_namespace_escape() {
     assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{}", out.stdout);
     assert!(out.stdout.contains("io_uring -1 1"), "io_uring_setup must fail with EPERM:\n{}", out.stdout);
     assert!(out.stdout.contains("clone3 -1 38"), "clone3 must fail with ENOSYS:\n{}", out.stdout);
-    assert!(out.stdout.contains("tiocsti errno 1") || out.stdout.contains("tiocsti errno 25"), "{}", out.stdout);
+    assert!(out.stdout.contains("clone-newuser -1 1"), "clone(CLONE_NEWUSER) must fail with EPERM:\n{}", out.stdout);
+    assert!(out.stdout.contains("x32-unshare -1 1"), "x32 syscall numbers must fail with EPERM:\n{}", out.stdout);
+    assert!(out.stdout.contains("vsock errno 1"), "{}", out.stdout);
+    let io_uring_disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").unwrap_or_default();
+    assert!(io_uring_disabled.trim() != "2", "the host disables io_uring itself: the EPERM would prove nothing");
+    // The filter answers before the kernel looks at the descriptor (a pipe here).
+    assert!(out.stdout.contains("tiocsti errno 1"), "{}", out.stdout);
     assert!(!out.stdout.contains("TIOCSTI worked"));
 }
 
@@ -282,8 +295,8 @@ async fn without_network_nothing_connects() {
     let script = format!(
         "bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo CONNECTED dev-tcp\n\
          curl -s --max-time 3 http://127.0.0.1:{port}/ >/dev/null && echo CONNECTED curl\n\
-         curl -s --max-time 3 http://example.invalid/ >/dev/null && echo CONNECTED dns\n\
-         getent hosts localhost >/dev/null; true"
+         curl -s --max-time 3 http://example.com/ >/dev/null && echo CONNECTED dns\n\
+         getent hosts example.com >/dev/null && echo CONNECTED resolver; true"
     );
     for kind in [BASH, OVERLAY] {
         let out = run(&mut client, "r1", kind, &script).await;
@@ -307,8 +320,11 @@ async fn a_denied_write_becomes_a_violation_event_with_its_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unwrapped_launches_say_so_and_are_still_sanitized() {
     let w = world();
-    let sbx =
-        Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "off".to_owned())]), &[("GITHUB_TOKEN", "ghp_host")]);
+    let sbx = Sandboxd::start(
+        &w.data,
+        BTreeMap::from([("sandbox".to_owned(), "off".to_owned())]),
+        &[("GITHUB_TOKEN", "ghp_host")],
+    );
     let mut client = sbx.client().await;
     let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
     assert_eq!((probe.backend, probe.detail.as_str()), (pb::Backend::None as i32, "--sandbox off"));
@@ -323,7 +339,7 @@ async fn unwrapped_launches_say_so_and_are_still_sanitized() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_refused_and_unregister_kills() {
     let w = world();
-    let sbx = Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "off".to_owned())]), &[]);
+    let sbx = Sandboxd::start(&w.data, BTreeMap::from([("sandbox".to_owned(), "off".to_owned())]), &[]);
     let mut client = sbx.client().await;
     let mut relative = policy(&w);
     relative.work_dir = b"relative/dir".to_vec();
@@ -438,7 +454,8 @@ async fn as_an_unprivileged_user_the_envelope_holds_too() {
     assert!(chown.success());
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&w.root, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let sbx = Sandboxd::start_as(Some(NOBODY), BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), &[]);
+    let sbx =
+        Sandboxd::start_as(Some(NOBODY), &w.data, BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), &[]);
     let mut client = sbx.client().await;
     let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
     assert_eq!(probe.backend, pb::Backend::Native as i32, "unprivileged user namespaces: {}", probe.detail);
@@ -483,7 +500,7 @@ async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     if !cc_tests::privileged("building envelopes with bubblewrap as root") {
         return;
     }
-    let sbx = Sandboxd::start(BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), &[]);
+    let sbx = Sandboxd::start(&w.data, BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), &[]);
     let mut client = sbx.client().await;
     let mut p = policy(&w);
     p.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&socket) }];
@@ -507,7 +524,8 @@ async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
 async fn a_very_long_command_line_reaches_the_command_whole() {
     let w = world();
     let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
-    // 4,000 arguments, 400 KB: bubblewrap gets its command line on stdin.
+    // 4,000 arguments, 400 KB, reach the command; bubblewrap's own options (with the
+    // environment's values) travel on its stdin, not on a command line others can read.
     let mut argv =
         vec![b"/bin/sh".to_vec(), b"-c".to_vec(), b"echo $#; echo \"${4000}\"; cat".to_vec(), b"sh".to_vec()];
     argv.extend((1..=4000).map(|i| format!("{i:0100}").into_bytes()));
@@ -526,4 +544,95 @@ async fn a_very_long_command_line_reaches_the_command_whole() {
     assert_eq!(code, Some(0));
     // `cat` found its stdin at its end: the arguments were not left for the command.
     assert_eq!(stdout, format!("4000\n{:0100}\n", 4000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protections_survive_renames_swaps_and_planted_links() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let config_before = std::fs::read(w.repo.join(".git/config")).unwrap();
+    // Rename the repository's .git away and make a new one; rename the repository.
+    let script = "mv .git .git-old 2>/dev/null && echo 'MOVED .git'\n\
+                  mkdir -p .git-new/hooks && mv -T .git-new .git 2>/dev/null && echo 'REPLACED .git'\n\
+                  rm -rf .git/hooks 2>/dev/null && echo 'REMOVED hooks'\n\
+                  (echo evil > .git/commondir) 2>/dev/null && echo 'WROTE commondir'\n\
+                  (echo '[core] fsmonitor = evil' >> .git/config.worktree) 2>/dev/null && echo 'WROTE config.worktree'\n\
+                  true";
+    for kind in [BASH, OVERLAY] {
+        let out = run(&mut client, "r1", kind, script).await;
+        assert!(
+            !out.stdout.contains("MOVED")
+                && !out.stdout.contains("REPLACED")
+                && !out.stdout.contains("REMOVED")
+                && !out.stdout.contains("WROTE"),
+            "{kind:?}:\n{}",
+            out.stdout
+        );
+    }
+    assert_eq!(std::fs::read(w.repo.join(".git/config")).unwrap(), config_before);
+    assert!(!w.repo.join(".git-old").exists());
+
+    // An overlay launch swaps the harness's working directory for a link to /: the next
+    // launch is refused, not pointed at /.
+    let out = run(
+        &mut client,
+        "r1",
+        OVERLAY,
+        &format!("cd {r} && mv demo demo-away && ln -s / demo && echo SWAPPED", r = w.repo.parent().unwrap().display()),
+    )
+    .await;
+    assert!(!out.stdout.contains("SWAPPED"), "the working directory is pinned: it cannot be moved away");
+    // The same swap made from outside (a sibling process, the person): the next launch
+    // is refused rather than bound to what the link points at.
+    std::fs::rename(&w.repo, w.repo.with_file_name("demo-away")).unwrap();
+    std::os::unix::fs::symlink("/", &w.repo).unwrap();
+    let refused = client
+        .launch(pb::LaunchRequest {
+            run_id: "r1".into(),
+            kind: BASH as i32,
+            argv: vec![b"/bin/true".to_vec()],
+            timeout_seconds: 5,
+        })
+        .await;
+    let err = refused.expect_err("a launch into a swapped root must be refused");
+    assert!(err.message().contains("changed since it was registered"), "{}", err.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_link_at_a_code_execution_vector_refuses_the_launch() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let config = w.repo.join(".git/config");
+    std::fs::rename(&config, w.repo.join("evil-config")).unwrap();
+    std::os::unix::fs::symlink("../evil-config", &config).unwrap();
+    let err = client
+        .launch(pb::LaunchRequest {
+            run_id: "r1".into(),
+            kind: BASH as i32,
+            argv: vec![b"/bin/true".to_vec()],
+            timeout_seconds: 5,
+        })
+        .await
+        .expect_err("a launch with a linked .git/config must be refused");
+    assert!(err.message().contains("is a symlink"), "{}", err.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_process_cannot_be_taken_over() {
+    let w = world();
+    let socket = w.root.join("proxy2.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&socket, Some(65534), Some(65534)).unwrap();
+    }
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let mut p = policy(&w);
+    p.bridges = vec![pb::Bridge { port: 41003, socket: bytes(&socket) }];
+    client.register_run(p).await.unwrap();
+    let script = "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q '^/run/cc/init --serve-bridges' || continue; \
+                    (echo x > $d/mem) 2>/dev/null && echo \"WROTE $d/mem\"; cat $d/mem >/dev/null 2>&1 && echo \"READ $d/mem\"; \
+                    cat $d/environ >/dev/null 2>&1 && echo \"READ $d/environ\"; echo found; done";
+    let out = run(&mut client, "r1", BASH, script).await;
+    assert_eq!(out.stdout.matches("found").count(), 1, "exactly the bridge process: {}", out.stdout);
+    assert!(!out.stdout.contains("WROTE") && !out.stdout.contains("READ"), "{}", out.stdout);
 }
