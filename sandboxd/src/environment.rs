@@ -71,6 +71,18 @@ const INJECTION: &[&str] = &[
     "GIT_PAGER",
     "GIT_EDITOR",
     "SUDO_ASKPASS",
+    "ZDOTDIR",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "DOTNET_STARTUP_HOOKS",
+    "GIT_SEQUENCE_EDITOR",
+    "PYTHONWARNINGS",
+    "BROWSER",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_HOME",
 ];
 
 /// Prefixes of injection vectors.
@@ -103,11 +115,26 @@ const SECRET_VALUE_PREFIXES: &[&str] = &[
     "xoxp-",
     "xapp-",
     "sk-",
+    "sk_live_",
+    "rk_live_",
+    "npm_",
+    "hf_",
+    "pypi-",
     "AKIA",
     "ASIA",
     "AIza",
     "ya29.",
+    "eyJ",
+    "-----BEGIN",
 ];
+
+/// A URL with a password in it (`scheme://user:secret@host`).
+fn has_url_credentials(value: &str) -> bool {
+    value.split("://").skip(1).any(|rest| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        authority.rsplit_once('@').is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    })
+}
 
 /// Why a variable was left out (for `ccctl sandbox explain` and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +158,7 @@ pub fn judge(name: &str, value: &str, from_policy: bool) -> Result<(), Dropped> 
         || upper.split('_').any(|word| SECRET_WORDS.contains(&word))
         || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
         || SECRET_VALUE_PREFIXES.iter().any(|p| value.trim_start().starts_with(p))
+        || has_url_credentials(value)
     {
         return Err(Dropped::Secret);
     }
@@ -231,7 +259,18 @@ mod tests {
             assert_eq!(judge(name, "x", false), Err(Dropped::Secret), "{name}");
             assert_eq!(judge(name, "x", true), Err(Dropped::Secret), "{name} from the policy");
         }
-        for value in ["ghp_abcdef", "github_pat_11AA", "sk-proj-123", "AKIAIOSFODNN7EXAMPLE", "xoxb-1-2", " ghp_x"] {
+        for value in [
+            "ghp_abcdef",
+            "github_pat_11AA",
+            "sk-proj-123",
+            "AKIAIOSFODNN7EXAMPLE",
+            "xoxb-1-2",
+            " ghp_x",
+            "npm_abc",
+            "eyJhbGciOiJIUzI1NiJ9.x.y",
+            "-----BEGIN OPENSSH PRIVATE KEY-----",
+            "http://user:hunter2@proxy.corp:3128",
+        ] {
             assert_eq!(judge("LANG", value, false), Err(Dropped::Secret), "{value}");
         }
     }

@@ -144,7 +144,9 @@ impl Launcher {
         }
         let argv: Vec<OsString> = argv.iter().map(|a| OsStr::from_bytes(a).to_owned()).collect();
         let home = bwrap::home(&policy, kind);
-        let inherited: Vec<(String, String)> = std::env::vars().collect();
+        // vars_os: a host variable that is not UTF-8 is dropped, never a panic.
+        let inherited: Vec<(String, String)> =
+            std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
         let env = environment::build(
             inherited.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             policy.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -284,8 +286,13 @@ impl Launcher {
                 }
             };
             // Nothing of the launch outlives it: in an envelope our init's exit already
-            // ended its pid namespace; unwrapped, the process group goes now.
-            kill_group(group);
+            // ended its pid namespace. Unwrapped, the rest of the process group goes now
+            // (setsid escapes it: the residual risk the README states). Its leader is
+            // reaped, so the id could in principle be reused: only unwrapped launches,
+            // whose members keep the group alive, are signalled after the exit.
+            if !native {
+                kill_group(group);
+            }
             for reader in [stdout, stderr].into_iter().flatten() {
                 let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
             }
@@ -343,11 +350,25 @@ async fn forward(
                     return;
                 }
             }
-            // A line longer than the buffer is scanned in pieces rather than hoarded.
+            // A line over 64 KiB is scanned as it stands rather than hoarded.
             if partial.len() > 64 * 1024 {
-                partial.clear();
+                let line: Vec<u8> = std::mem::take(&mut partial);
+                if let Some(v) = scan_line(&String::from_utf8_lossy(&line))
+                    && dedup.admit(&v)
+                    && tx.send(Ok(pb::LaunchEvent { event: Some(Event::Violation(v)) })).await.is_err()
+                {
+                    return;
+                }
             }
         }
+    }
+    // The last line, when it has no newline.
+    if scan
+        && !partial.is_empty()
+        && let Some(v) = scan_line(&String::from_utf8_lossy(&partial))
+        && dedup.admit(&v)
+    {
+        let _ = tx.send(Ok(pb::LaunchEvent { event: Some(Event::Violation(v)) })).await;
     }
 }
 

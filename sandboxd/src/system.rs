@@ -15,6 +15,11 @@ const SECRET_FILES: &[&str] = &[
     "/etc/sudoers",
     "/etc/security/opasswd",
     "/etc/machine-id",
+    "/etc/krb5.keytab",
+    "/etc/ipsec.secrets",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/containers/auth.json",
 ];
 
 /// Directories under /etc that hold secrets: replaced by an empty read-only tmpfs.
@@ -26,6 +31,11 @@ const SECRET_DIRS: &[&str] = &[
     "/etc/wireguard",
     "/etc/NetworkManager/system-connections",
     "/etc/cups/ssl",
+    "/etc/letsencrypt",
+    "/etc/netplan",
+    "/etc/wpa_supplicant",
+    "/etc/apt/auth.conf.d",
+    "/etc/ipsec.d",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -348,9 +348,11 @@ impl Supervisor for SupervisorApi {
         };
         let mut sandboxd = self.sandboxd().await?;
         sandboxd.register_run(policy).await?;
+        // Unregistered however this request ends, a client that goes away included.
+        let cleanup = Unregister(Some((sandboxd.clone(), run_id.clone())));
         let argv = if argv.is_empty() { vec![b"sh".to_vec()] } else { argv };
-        let explained = sandboxd.explain(sb::ExplainRequest { run_id: run_id.clone(), kind: kind as i32, argv }).await;
-        let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id }).await;
+        let explained = sandboxd.explain(sb::ExplainRequest { run_id, kind: kind as i32, argv }).await;
+        drop(cleanup);
         let explained = explained?.into_inner();
         let backend = if explained.backend == sb::Backend::Native as i32 { "native" } else { "none" };
         Ok(Response::new(pb::SandboxExplainResponse {
@@ -367,5 +369,20 @@ impl Supervisor for SupervisorApi {
         let id = request.into_inner().id;
         let removed = self.blocking(move |c| c.remove(&id)).await?;
         Ok(Response::new(convert::conversation(removed)))
+    }
+}
+
+type SandboxdClientWithSecret = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
+
+/// Unregisters a throw-away run when dropped.
+struct Unregister(Option<(SandboxdClientWithSecret, String)>);
+
+impl Drop for Unregister {
+    fn drop(&mut self) {
+        if let Some((mut client, run_id)) = self.0.take() {
+            tokio::spawn(async move {
+                let _ = client.unregister_run(sb::UnregisterRunRequest { run_id }).await;
+            });
+        }
     }
 }
