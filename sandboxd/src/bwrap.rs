@@ -344,15 +344,11 @@ mod tests {
         assert!(!a.iter().any(|x| x.starts_with("/home") || x == "/root"));
     }
 
-    #[test]
-    fn paths_leading_to_roots_under_tmp_are_read_only() {
-        let mut p = policy();
-        p.work_dir = "/tmp/t1/data/repos/demo".into();
-        let v = view();
-        let env = BTreeMap::new();
-        let argv = vec![OsString::from("true")];
+    /// `true` in a harness_bash envelope of `p`, with no protected paths or data dir.
+    fn bare_args(p: &RunPolicy) -> Vec<String> {
+        let (v, env, argv) = (view(), BTreeMap::new(), vec![OsString::from("true")]);
         let e = Envelope {
-            policy: &p,
+            policy: p,
             kind: Kind::HarnessBash,
             system: &v,
             protected: &[],
@@ -361,7 +357,14 @@ mod tests {
             env: &env,
             argv: &argv,
         };
-        let a: Vec<String> = e.bwrap_args().into_iter().map(|x| x.into_string().unwrap()).collect();
+        e.bwrap_args().into_iter().map(|x| x.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn paths_leading_to_roots_under_tmp_are_read_only() {
+        let mut p = policy();
+        p.work_dir = "/tmp/t1/data/repos/demo".into();
+        let a = bare_args(&p);
         let tmpfs = position(&a, &["--tmpfs", "/tmp/t1"]).unwrap();
         let bind = position(&a, &["--bind", "/tmp/t1/data/repos/demo", "/tmp/t1/data/repos/demo"]).unwrap();
         let remount = position(&a, &["--remount-ro", "/tmp/t1"]).unwrap();
@@ -373,20 +376,7 @@ mod tests {
     fn bridges_are_bound_and_handed_to_init() {
         let mut p = policy();
         p.bridges.insert(41001, "/d/sock/runs/r1/proxy.sock".into());
-        let v = view();
-        let env = BTreeMap::new();
-        let argv = vec![OsString::from("true")];
-        let e = Envelope {
-            policy: &p,
-            kind: Kind::HarnessBash,
-            system: &v,
-            protected: &[],
-            init: Path::new("/i"),
-            data_dir: None,
-            env: &env,
-            argv: &argv,
-        };
-        let a: Vec<String> = e.bwrap_args().into_iter().map(|x| x.into_string().unwrap()).collect();
+        let a = bare_args(&p);
         assert!(position(&a, &["--ro-bind", "/d/sock/runs/r1/proxy.sock", "/run/cc/bridges/41001.sock"]).is_some());
         let tail = &a[a.iter().rposition(|x| x == INIT_INSIDE).unwrap()..];
         assert_eq!(tail, [INIT_INSIDE, "--bridge", "41001=/run/cc/bridges/41001.sock", "--", "true"]);

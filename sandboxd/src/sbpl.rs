@@ -232,19 +232,23 @@ mod tests {
         golden("overlay.sb", &profile(&inputs).unwrap());
     }
 
-    #[test]
-    fn golden_tmp_paths_in_both_spellings() {
-        let mut p = policy("/tmp/cc/conversations/c2/repos/x", &["/var/folders/ab/T/checkout"]);
-        p.agent_work = None;
-        let inputs = ProfileInputs {
-            policy: &p,
+    /// A harness_bash profile of `p` with no secrets, protected paths or bridges.
+    fn bare_profile(p: &RunPolicy) -> Result<String, SbplError> {
+        profile(&ProfileInputs {
+            policy: p,
             kind: Kind::HarnessBash,
             secrets: &[],
             protected: &[],
             ports: &[],
             resolve: &identity,
-        };
-        let text = profile(&inputs).unwrap();
+        })
+    }
+
+    #[test]
+    fn golden_tmp_paths_in_both_spellings() {
+        let mut p = policy("/tmp/cc/conversations/c2/repos/x", &["/var/folders/ab/T/checkout"]);
+        p.agent_work = None;
+        let text = bare_profile(&p).unwrap();
         assert!(text.contains("(subpath \"/private/tmp/cc/conversations/c2/repos/x\")"));
         assert!(text.contains("(subpath \"/private/var/folders/ab/T/checkout\")"));
         golden("tmp_spellings.sb", &text);
@@ -253,28 +257,12 @@ mod tests {
     #[test]
     fn strings_are_escaped_and_bounded() {
         let p = policy("/Users/me/we\"ird\\dir", &["/Users/me/a\nb"]);
-        let inputs = ProfileInputs {
-            policy: &p,
-            kind: Kind::HarnessBash,
-            secrets: &[],
-            protected: &[],
-            ports: &[],
-            resolve: &identity,
-        };
-        let text = profile(&inputs).unwrap();
+        let text = bare_profile(&p).unwrap();
         assert!(text.contains("\"/Users/me/we\\\"ird\\\\dir\""), "{text}");
         assert!(text.contains("\"/Users/me/a\\x0ab\""), "{text}");
         let long = format!("/{}", "x".repeat(MAX_PATH_BYTES + 1));
         let p = policy(&long, &[]);
-        let inputs = ProfileInputs {
-            policy: &p,
-            kind: Kind::HarnessBash,
-            secrets: &[],
-            protected: &[],
-            ports: &[],
-            resolve: &identity,
-        };
-        assert!(matches!(profile(&inputs), Err(SbplError::TooLong(_))));
+        assert!(matches!(bare_profile(&p), Err(SbplError::TooLong(_))));
     }
 
     /// A small deterministic generator, so that the property runs without a dependency.
