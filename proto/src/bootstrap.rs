@@ -67,7 +67,9 @@ impl Bootstrap {
     }
 
     pub fn to_json_line(&self) -> Vec<u8> {
-        let mut line = serde_json::to_vec(self).expect("a bootstrap always serializes");
+        // Paths are the only fields that could fail (non-UTF-8); the supervisor refuses a
+        // data directory whose path is not UTF-8, and every path here is under it.
+        let mut line = serde_json::to_vec(self).expect("a bootstrap of UTF-8 paths always serializes");
         line.push(b'\n');
         line
     }

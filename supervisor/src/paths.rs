@@ -12,6 +12,10 @@ pub enum DataDirError {
     #[error("{path} is not a directory; choose another with --data-dir")]
     NotADirectory { path: PathBuf },
     #[error(
+        "the data directory's path {0:?} is not UTF-8 (the helpers are told it in JSON): choose another with --data-dir"
+    )]
+    NotUtf8(PathBuf),
+    #[error(
         "data directory {path} is owned by uid {owner}, not by us (uid {us}): refusing to use it; choose another with --data-dir"
     )]
     NotOurs { path: PathBuf, owner: u32, us: u32 },
@@ -35,6 +39,9 @@ impl DataDir {
         };
         let root =
             std::path::absolute(&root).map_err(|source| DataDirError::Unusable { path: root.clone(), source })?;
+        if root.to_str().is_none() {
+            return Err(DataDirError::NotUtf8(root));
+        }
         Ok(Self { root })
     }
 
@@ -119,6 +126,13 @@ mod tests {
     fn relative_paths_become_absolute() {
         let d = DataDir::locate(Some(Path::new("rel/dir"))).unwrap();
         assert!(d.root().is_absolute());
+    }
+
+    #[test]
+    fn a_non_utf8_data_dir_is_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = Path::new(std::ffi::OsStr::from_bytes(b"/srv/\xff"));
+        assert!(matches!(DataDir::locate(Some(p)), Err(DataDirError::NotUtf8(_))));
     }
 
     #[test]
