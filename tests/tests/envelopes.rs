@@ -92,6 +92,17 @@ async fn native(w: &World, env: &[(&str, &str)]) -> Option<(Sandboxd, Client)> {
     Some((sbx, client))
 }
 
+/// A unix socket of the run's own (a stand-in for its egress proxy or push gateway),
+/// belonging to the run's user like its files.
+fn run_socket(w: &World, name: &str) -> (PathBuf, std::os::unix::net::UnixListener) {
+    let socket = w.root.join(name);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&socket, Some(65534), Some(65534)).unwrap();
+    }
+    (socket, listener)
+}
+
 fn q(p: &Path) -> String {
     format!("'{}'", p.display())
 }
@@ -482,12 +493,7 @@ async fn as_an_unprivileged_user_the_envelope_holds_too() {
 async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     let w = world();
     // A service of the run's own (a stand-in for its egress proxy) on a unix socket.
-    let socket = w.root.join("proxy.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    // The run's sockets are the run's user's, like its files.
-    if nix::unistd::geteuid().is_root() {
-        std::os::unix::fs::chown(&socket, Some(65534), Some(65534)).unwrap();
-    }
+    let (socket, listener) = run_socket(&w, "proxy.sock");
     std::thread::spawn(move || {
         use std::io::{Read, Write};
         for mut conn in listener.incoming().flatten() {
@@ -620,11 +626,7 @@ async fn a_planted_link_at_a_code_execution_vector_refuses_the_launch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bridge_process_cannot_be_taken_over() {
     let w = world();
-    let socket = w.root.join("proxy2.sock");
-    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    if nix::unistd::geteuid().is_root() {
-        std::os::unix::fs::chown(&socket, Some(65534), Some(65534)).unwrap();
-    }
+    let (socket, _listener) = run_socket(&w, "proxy2.sock");
     let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
     let mut p = policy(&w);
     p.bridges = vec![pb::Bridge { port: 41003, socket: bytes(&socket) }];
