@@ -1,0 +1,373 @@
+//! git: its global options first (some of them choose what program runs), then the
+//! subcommand.
+
+use super::super::Part;
+use super::super::walk::Analyzer;
+use super::super::words::Arg;
+use crate::effect::{CommandClass as C, Effect as E};
+
+/// Config keys whose value git runs as a shell command.
+const EXEC_KEYS: &[&str] = &[
+    "core.pager",
+    "core.editor",
+    "core.sshcommand",
+    "core.fsmonitor",
+    "core.askpass",
+    "core.hookspath",
+    "sequence.editor",
+    "diff.external",
+    "gpg.program",
+    "gpg.ssh.program",
+    "gpg.x509.program",
+    "credential.helper",
+    "core.gitproxy",
+    "uploadpack.packobjectshook",
+    "merge.tool",
+    "diff.tool",
+];
+
+const READ_ONLY: &[&str] = &[
+    "status",
+    "log",
+    "show",
+    "diff",
+    "blame",
+    "annotate",
+    "shortlog",
+    "describe",
+    "rev-parse",
+    "rev-list",
+    "ls-files",
+    "ls-tree",
+    "ls-remote",
+    "cat-file",
+    "grep",
+    "show-ref",
+    "show-branch",
+    "for-each-ref",
+    "name-rev",
+    "merge-base",
+    "cherry",
+    "whatchanged",
+    "count-objects",
+    "fsck",
+    "verify-commit",
+    "verify-tag",
+    "check-ignore",
+    "check-attr",
+    "check-ref-format",
+    "var",
+    "help",
+    "version",
+    "diff-tree",
+    "diff-files",
+    "diff-index",
+    "range-diff",
+    "get-tar-commit-id",
+    "check-mailmap",
+    "column",
+    "fetch-pack",
+    "show-index",
+    "verify-pack",
+    "ls",
+    "st",
+];
+
+const CREATES_COMMITS: &[&str] = &["commit", "merge", "rebase", "cherry-pick", "revert", "am", "pull"];
+
+pub fn git(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
+    let mut aliases: Vec<(String, String)> = Vec::new();
+    let mut alias_of = |v: Option<&Arg>| {
+        if let Some((key, value)) = v.and_then(|v| v.text.split_once('='))
+            && let Some(name) = key.to_ascii_lowercase().strip_prefix("alias.")
+        {
+            aliases.push((name.to_owned(), value.to_owned()));
+        }
+    };
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        let t = a.text.as_str();
+        match t {
+            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" | "--attr-source" => i += 2,
+            "-c" => {
+                alias_of(args.get(i + 1));
+                config_override(an, args.get(i + 1), part);
+                i += 2;
+            }
+            "--config-env" => {
+                part.add(C::Opaque, "git --config-env takes configuration from the environment");
+                i += 2;
+            }
+            "--exec-path" => {
+                part.add(C::ReadOnly, "");
+                i += 1;
+            }
+            "--version" | "--help" | "--html-path" | "--man-path" | "--info-path" => {
+                part.add(C::ReadOnly, "");
+                return;
+            }
+            _ if t.starts_with("--exec-path=") => {
+                part.add(C::Opaque, format!("git {t} runs subcommands from another directory"));
+                i += 1;
+            }
+            _ if t.starts_with("--config-env=") => {
+                part.add(C::Opaque, "git --config-env takes configuration from the environment");
+                i += 1;
+            }
+            _ if t.starts_with("-c") && t.len() > 2 => {
+                let value = Arg { text: t[2..].to_owned(), ..a.clone() };
+                alias_of(Some(&value));
+                config_override(an, Some(&value), part);
+                i += 1;
+            }
+            _ if t.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    let Some(sub) = args.get(i) else {
+        part.add(C::ReadOnly, "");
+        return;
+    };
+    if !sub.literal {
+        part.add(C::Opaque, format!("git subcommand computed at run time ({})", sub.text));
+        return;
+    }
+    let rest = &args[i + 1..];
+    // `git -c alias.p=push p`: the alias's words stand for the subcommand (a `!`
+    // alias is a shell command, analysed with the other overrides).
+    if let Some((_, value)) = aliases.iter().find(|(name, _)| *name == sub.text.to_ascii_lowercase()) {
+        if !value.starts_with('!') {
+            let mut expanded: Vec<Arg> = value
+                .split_whitespace()
+                .map(|w| Arg { text: w.to_owned(), literal: true, glob: false, home: false })
+                .collect();
+            if let Some(first) = expanded.first().cloned() {
+                expanded.extend(rest.iter().cloned());
+                subcommand(an, &first.text, &expanded[1..], part);
+            }
+        }
+        return;
+    }
+    subcommand(an, &sub.text, rest, part);
+}
+
+/// `git -c key=value`: a key git runs as a command is analysed as a script; any
+/// override may change what git does, so the part is never read-only.
+fn config_override(an: &mut Analyzer, value: Option<&Arg>, part: &mut Part) {
+    let Some(v) = value else { return };
+    part.add(C::Opaque, "git -c can make git run another program");
+    let Some((key, val)) = v.text.split_once('=') else { return };
+    let key = key.to_ascii_lowercase();
+    let runs = EXEC_KEYS.contains(&key.as_str())
+        || (key.starts_with("alias.") && val.starts_with('!'))
+        || (key.starts_with("pager.")
+            || key.starts_with("filter.")
+            || key.ends_with(".textconv")
+            || key.ends_with(".command"))
+        || key.starts_with("remote.") && (key.ends_with(".uploadpack") || key.ends_with(".receivepack"));
+    if runs && v.literal {
+        an.script(val.trim_start_matches('!'), Some("git -c"));
+    }
+}
+
+fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
+    let positional: Vec<&str> = rest.iter().filter(|a| !a.text.starts_with('-')).map(|a| a.text.as_str()).collect();
+    let has = |flag: &str| rest.iter().any(|a| a.text == flag);
+    match sub {
+        "push" => push(rest, part),
+        _ if CREATES_COMMITS.contains(&sub) => {
+            part.add(C::Mutation, format!("git {sub}"));
+            part.effects.insert(E::CreateCommit);
+        }
+        _ if READ_ONLY.contains(&sub) => {
+            if rest.iter().any(|a| a.text.starts_with("--output")) {
+                part.add(C::Mutation, format!("git {sub} --output writes a file"));
+            } else if rest.iter().any(|a| {
+                a.text == "-O"
+                    || a.text.starts_with("--open-files-in-pager")
+                    || (sub == "grep" && a.text.starts_with("-O"))
+            }) {
+                part.add(C::Opaque, format!("git {sub} -O runs the program it is given"));
+            } else if rest.iter().any(|a| a.text == "--ext-diff" || a.text.starts_with("--textconv")) {
+                part.add(C::Opaque, format!("git {sub} runs the configured diff program"));
+            } else {
+                part.add(C::ReadOnly, "");
+            }
+        }
+        "branch" => {
+            let changes = rest.iter().any(|a| {
+                matches!(
+                    a.text.as_str(),
+                    "-d" | "-D"
+                        | "-m"
+                        | "-M"
+                        | "-c"
+                        | "-C"
+                        | "-f"
+                        | "--delete"
+                        | "--move"
+                        | "--copy"
+                        | "--force"
+                        | "-u"
+                        | "--set-upstream-to"
+                        | "--unset-upstream"
+                        | "--edit-description"
+                        | "--track"
+                ) || a.text.starts_with("--set-upstream-to=")
+            });
+            let lists = rest.iter().any(|a| {
+                matches!(
+                    a.text.as_str(),
+                    "-l" | "--list"
+                        | "-a"
+                        | "-r"
+                        | "--all"
+                        | "--remotes"
+                        | "--contains"
+                        | "--merged"
+                        | "--no-merged"
+                        | "--points-at"
+                )
+            });
+            if changes || (!positional.is_empty() && !lists) {
+                part.add(C::Mutation, "git branch changes branches");
+            } else {
+                part.add(C::ReadOnly, "");
+            }
+        }
+        "tag" => {
+            let lists = rest.iter().any(|a| {
+                matches!(a.text.as_str(), "-l" | "--list" | "-v" | "--verify" | "--contains" | "--points-at" | "-n")
+            });
+            if positional.is_empty() || lists {
+                part.add(C::ReadOnly, "")
+            } else {
+                part.add(C::Mutation, "git tag creates or deletes a tag")
+            }
+        }
+        "remote" => match positional.first() {
+            None | Some(&"show") | Some(&"get-url") => part.add(C::ReadOnly, ""),
+            Some(verb) => part.add(C::Mutation, format!("git remote {verb}")),
+        },
+        "config" => {
+            let reads = rest.iter().any(|a| a.text.starts_with("--get") || matches!(a.text.as_str(), "-l" | "--list"))
+                || matches!(positional.first(), Some(&"get") | Some(&"list"))
+                || (positional.len() == 1
+                    && !rest.iter().any(|a| {
+                        matches!(
+                            a.text.as_str(),
+                            "--unset"
+                                | "--unset-all"
+                                | "--add"
+                                | "--replace-all"
+                                | "--edit"
+                                | "-e"
+                                | "--rename-section"
+                                | "--remove-section"
+                        )
+                    }));
+            if reads { part.add(C::ReadOnly, "") } else { part.add(C::Mutation, "git config changes configuration") }
+        }
+        "stash" => match positional.first() {
+            Some(&"list") | Some(&"show") => part.add(C::ReadOnly, ""),
+            _ => part.add(C::Mutation, "git stash changes the work tree"),
+        },
+        "worktree" | "notes" | "reflog" | "sparse-checkout" | "bisect" => match positional.first() {
+            Some(&"list") | Some(&"show") | None if sub != "bisect" => part.add(C::ReadOnly, ""),
+            _ => part.add(C::Mutation, format!("git {sub} changes the repository")),
+        },
+        "submodule" => match positional.first() {
+            None | Some(&"status") | Some(&"summary") => part.add(C::ReadOnly, ""),
+            Some(&"foreach") => {
+                let body_at = rest.iter().position(|a| a.text == "foreach").map(|p| p + 1);
+                let words: Vec<Arg> = body_at
+                    .map(|p| rest[p..].iter().filter(|a| !a.text.starts_with("--")).cloned().collect())
+                    .unwrap_or_default();
+                super::join_as_script(an, &words, "git submodule foreach", part);
+                part.add(C::Mutation, "git submodule foreach");
+            }
+            Some(verb) => part.add(C::Mutation, format!("git submodule {verb}")),
+        },
+        "archive" | "format-patch" | "bundle" => {
+            if has("--stdout")
+                || (sub == "archive" && !rest.iter().any(|a| a.text.starts_with("--output") || a.text == "-o"))
+            {
+                part.add(C::ReadOnly, "");
+            } else {
+                part.add(C::Mutation, format!("git {sub} writes files"));
+            }
+        }
+        "clean" => {
+            part.add(C::Mutation, "git clean deletes untracked files");
+            part.effects.insert(E::DeleteFile);
+        }
+        "rm" => {
+            part.add(C::Mutation, "git rm deletes files");
+            part.effects.insert(E::DeleteFile);
+        }
+        "fetch" | "clone" | "init" | "add" | "mv" | "restore" | "reset" | "checkout" | "switch" | "gc" | "prune"
+        | "repack" | "update-ref" | "update-index" | "apply" | "filter-branch" | "replace" | "symbolic-ref"
+        | "read-tree" | "write-tree" | "commit-tree" | "hash-object" | "mktag" | "mktree" | "pack-refs"
+        | "maintenance" | "lfs" | "send-email" | "request-pull" | "difftool" | "mergetool" | "instaweb" | "daemon"
+        | "credential" => part.add(C::Mutation, format!("git {sub}")),
+        _ => part.add(C::Mutation, format!("git {sub}: an unknown subcommand (an alias or a git-{sub} program)")),
+    }
+}
+
+/// `git push [options] [remote [refspec…]]`: the refs it names, for rules on branches.
+fn push(rest: &[Arg], part: &mut Part) {
+    let mut positional = Vec::new();
+    let mut i = 0;
+    let mut dry_run = false;
+    while let Some(a) = rest.get(i) {
+        let t = a.text.as_str();
+        match t {
+            "-o" | "--push-option" | "--repo" | "--receive-pack" | "--exec" => i += 2,
+            "-n" | "--dry-run" => {
+                dry_run = true;
+                i += 1;
+            }
+            "--all" | "--mirror" | "--branches" => {
+                part.scope.refs_unknown = true;
+                i += 1;
+            }
+            "--tags" => {
+                part.scope.refs.push("refs/tags/*".into());
+                i += 1;
+            }
+            _ if t.starts_with('-') => i += 1,
+            _ => {
+                positional.push(a);
+                i += 1;
+            }
+        }
+    }
+    if rest.iter().any(|a| a.text.starts_with("--receive-pack") || a.text.starts_with("--exec")) {
+        part.add(C::Opaque, "git push --receive-pack runs another program on the remote");
+    }
+    let refspecs = positional.get(1..).unwrap_or(&[]);
+    if refspecs.is_empty() && !part.scope.refs.iter().any(|r| r.starts_with("refs/tags")) {
+        part.scope.refs_unknown = true;
+    }
+    for spec in refspecs {
+        if !spec.literal {
+            part.scope.refs_unknown = true;
+            continue;
+        }
+        let s = spec.text.trim_start_matches('+');
+        let dst = s.rsplit_once(':').map_or(s, |(_, d)| d);
+        if dst.is_empty() || dst == "HEAD" || dst.contains(['*', '@']) {
+            part.scope.refs_unknown = true;
+        } else {
+            part.scope.refs.push(dst.strip_prefix("refs/heads/").unwrap_or(dst).to_owned());
+        }
+    }
+    if dry_run {
+        part.add(C::ReadOnly, "git push --dry-run sends nothing");
+    } else {
+        part.effects.insert(E::PushRemote);
+        let names =
+            if part.scope.refs_unknown { "refs it does not name".to_owned() } else { part.scope.refs.join(", ") };
+        part.add(C::RemoteMutation, format!("git push to {names}"));
+    }
+}

@@ -1,0 +1,258 @@
+//! What a shell word is once parsed: its literal text when it has one, and the commands
+//! hidden in it (`$(…)`, backticks, `${x:-$(…)}`, `$(( $(…) ))`).
+
+use brush_parser::ParserOptions;
+use brush_parser::word::{self, WordPiece, WordPieceWithSource};
+
+/// One word of a simple command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arg {
+    /// The unquoted text when `literal`; the source text otherwise.
+    pub text: String,
+    /// The word means the same whatever the environment: no expansion in it.
+    pub literal: bool,
+    /// An unquoted `*`, `?` or `[` makes it a pattern the shell expands.
+    pub glob: bool,
+    /// A `~` or `$HOME` / `${HOME}` at its start: it names the home directory.
+    pub home: bool,
+}
+
+impl Arg {
+    pub fn is(&self, s: &str) -> bool {
+        self.literal && self.text == s
+    }
+}
+
+/// A command substitution found inside a word, to be analysed as a script.
+pub struct Substitution {
+    pub script: String,
+}
+
+pub fn options() -> ParserOptions {
+    ParserOptions::default()
+}
+
+/// Parses `raw` (a word as it appears in the source) into its meaning and the scripts
+/// hidden in it.
+pub fn analyse(raw: &str, subs: &mut Vec<Substitution>) -> Arg {
+    match word::parse(raw, &options()) {
+        Ok(pieces) => {
+            let mut arg = Arg { text: String::new(), literal: true, glob: false, home: false };
+            fold(raw, &pieces, &mut arg, subs, false, 0);
+            if !arg.literal {
+                arg.text = raw.to_owned();
+            }
+            arg.home |= starts_with_home(raw);
+            arg
+        }
+        // A word the word grammar refuses is still a word to the shell; keep its text
+        // and call it dynamic, the worst case for every caller.
+        Err(_) => {
+            scan_for_substitutions(raw, subs, 0);
+            Arg { text: raw.to_owned(), literal: false, glob: false, home: starts_with_home(raw) }
+        }
+    }
+}
+
+fn starts_with_home(raw: &str) -> bool {
+    let unquoted = raw.trim_start_matches('"');
+    ["~", "$HOME", "${HOME}"].iter().any(|p| {
+        unquoted.strip_prefix(p).is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || rest.starts_with('"'))
+    })
+}
+
+const MAX_NESTING: u32 = 16;
+
+fn fold(
+    source: &str,
+    pieces: &[WordPieceWithSource],
+    arg: &mut Arg,
+    subs: &mut Vec<Substitution>,
+    quoted: bool,
+    depth: u32,
+) {
+    for p in pieces {
+        let slice = source.get(p.start_index..p.end_index).unwrap_or("");
+        match &p.piece {
+            WordPiece::Text(t) => {
+                if !quoted && (t.contains(['*', '?']) || t.find('[').is_some_and(|i| t[i..].contains(']'))) {
+                    arg.glob = true;
+                }
+                arg.text.push_str(t);
+            }
+            WordPiece::SingleQuotedText(t) => arg.text.push_str(t),
+            WordPiece::AnsiCQuotedText(t) => match ansi_c_decode(t) {
+                Some(decoded) => arg.text.push_str(&decoded),
+                None => arg.literal = false,
+            },
+            WordPiece::EscapeSequence(e) => arg.text.push_str(e.strip_prefix('\\').unwrap_or(e)),
+            WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                fold(source, inner, arg, subs, true, depth)
+            }
+            WordPiece::TildeExpansion(_) => {
+                arg.literal = false;
+                arg.home = true;
+            }
+            WordPiece::CommandSubstitution(s) | WordPiece::BackquotedCommandSubstitution(s) => {
+                arg.literal = false;
+                subs.push(Substitution { script: s.clone() });
+            }
+            WordPiece::ParameterExpansion(_) => {
+                arg.literal = false;
+                // `${x:-$(cmd)}` runs cmd: look inside the braces as if they were a word.
+                let inner = slice.strip_prefix("${").and_then(|s| s.strip_suffix('}')).unwrap_or("");
+                scan_for_substitutions(inner, subs, depth + 1);
+            }
+            WordPiece::ArithmeticExpression(expr) => {
+                arg.literal = false;
+                scan_for_substitutions(&expr.value, subs, depth + 1);
+            }
+        }
+    }
+}
+
+/// Decodes the inside of `$'…'` the way bash does (`$'\x72m'` is `rm`); None for an
+/// escape we do not know, which makes the word dynamic rather than misread.
+pub fn ansi_c_decode(raw: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let e = chars.next()?;
+        let simple = match e {
+            'a' => Some('\u{7}'),
+            'b' => Some('\u{8}'),
+            'e' | 'E' => Some('\u{1b}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            'v' => Some('\u{b}'),
+            '\\' | '\'' | '"' | '?' => Some(e),
+            _ => None,
+        };
+        if let Some(s) = simple {
+            out.push(s);
+            continue;
+        }
+        let (radix, max) = match e {
+            '0'..='7' => (8, 3),
+            'x' => (16, 2),
+            'u' => (16, 4),
+            'U' => (16, 8),
+            'c' => {
+                let ctl = chars.next()?;
+                out.push(char::from_u32((ctl.to_ascii_uppercase() as u32) ^ 0x40)?);
+                continue;
+            }
+            _ => return None,
+        };
+        let mut digits = String::new();
+        if radix == 8 {
+            digits.push(e);
+        }
+        while digits.len() < max {
+            match chars.peek() {
+                Some(d) if d.is_digit(radix) => digits.push(chars.next()?),
+                _ => break,
+            }
+        }
+        out.push(char::from_u32(u32::from_str_radix(&digits, radix).ok()?)?);
+    }
+    Some(out)
+}
+
+/// Finds the command substitutions in text that is not a word of its own (the inside of
+/// `${…}` or `$((…))`, a heredoc body). Past the nesting limit, or when the text does not
+/// parse, whatever follows a `$(` or a backtick is taken as a script anyway: a
+/// substitution we cannot delimit is still analysed, never skipped.
+pub fn scan_for_substitutions(text: &str, subs: &mut Vec<Substitution>, depth: u32) {
+    if !text.contains("$(") && !text.contains('`') {
+        return;
+    }
+    if depth < MAX_NESTING
+        && let Ok(pieces) = word::parse(text, &options())
+    {
+        let mut scratch = Arg { text: String::new(), literal: true, glob: false, home: false };
+        fold(text, &pieces, &mut scratch, subs, false, depth);
+        return;
+    }
+    for (i, _) in text.match_indices("$(").chain(text.match_indices('`')) {
+        let start = if text[i..].starts_with('`') { i + 1 } else { i + 2 };
+        subs.push(Substitution { script: text[start..].to_owned() });
+    }
+}
+
+/// Finds the substitutions in a heredoc body that expands.
+pub fn heredoc_substitutions(body: &str, subs: &mut Vec<Substitution>) {
+    if !body.contains("$(") && !body.contains('`') && !body.contains("${") {
+        return;
+    }
+    match word::parse_heredoc(body, &options()) {
+        Ok(pieces) => {
+            let mut scratch = Arg { text: String::new(), literal: true, glob: false, home: false };
+            fold(body, &pieces, &mut scratch, subs, true, 0);
+        }
+        Err(_) => scan_for_substitutions(body, subs, MAX_NESTING),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg(raw: &str) -> (Arg, Vec<String>) {
+        let mut subs = Vec::new();
+        let a = analyse(raw, &mut subs);
+        (a, subs.into_iter().map(|s| s.script).collect())
+    }
+
+    #[test]
+    fn quoting_is_removed_from_literal_words() {
+        assert_eq!(arg("'git'").0.text, "git");
+        assert_eq!(arg("\"pu\"sh").0.text, "push");
+        assert_eq!(arg("pu\\sh").0.text, "push");
+        assert!(arg("'a b'").0.literal);
+    }
+
+    #[test]
+    fn expansions_make_a_word_dynamic_and_keep_its_source() {
+        let (a, _) = arg("$CMD");
+        assert!(!a.literal);
+        assert_eq!(a.text, "$CMD");
+        assert!(arg("\"$HOME\"").0.home);
+        assert!(arg("~").0.home);
+        assert!(arg("~/").0.home);
+        assert!(!arg("$HOMEWORK").0.home);
+    }
+
+    #[test]
+    fn ansi_c_quoting_is_decoded() {
+        assert_eq!(arg("$'\\x72m'").0.text, "rm");
+        assert_eq!(arg("$'\\162m'").0.text, "rm");
+        assert_eq!(arg("$'\\u0072m'").0.text, "rm");
+        assert_eq!(arg("$'a\\tb'").0.text, "a\tb");
+        assert!(arg("$'\\x72m'").0.literal);
+        assert!(!arg("$'\\q'").0.literal);
+    }
+
+    #[test]
+    fn globs_count_only_unquoted() {
+        assert!(arg("*.rs").0.glob);
+        assert!(!arg("'*.rs'").0.glob);
+        assert!(!arg("\"a*\"").0.glob);
+    }
+
+    #[test]
+    fn substitutions_are_found_wherever_they_hide() {
+        assert_eq!(arg("$(git push)").1, vec!["git push"]);
+        assert_eq!(arg("`git push`").1, vec!["git push"]);
+        assert_eq!(arg("\"x$(rm -rf /)y\"").1, vec!["rm -rf /"]);
+        assert_eq!(arg("${X:-$(rm -rf /)}").1, vec!["rm -rf /"]);
+        assert_eq!(arg("$(( $(id -u) + 1 ))").1, vec!["id -u"]);
+        assert_eq!(arg("${A:-${B:-`reboot`}}").1, vec!["reboot"]);
+    }
+}

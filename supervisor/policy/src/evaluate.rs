@@ -1,0 +1,383 @@
+//! The gate's decision for one action: the mode's tool registry, the command policy for
+//! a command line, and the effect-class rules, the most restrictive of all of them.
+
+use std::collections::BTreeSet;
+
+use crate::command::{self, CommandVerdict, PartScope};
+use crate::effect::{Decision, Effect, Mode};
+use crate::rules::{Rule, RuleSet};
+use crate::tools;
+
+/// What the action touches. A scope a rule names but the action cannot know (a push
+/// with no refspec) is the worst case: it matches every ask and deny rule naming it and
+/// no allow rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub repo: Option<String>,
+    /// Short branch names (`main`) or full refs (`refs/tags/v1`).
+    pub refs: Vec<String>,
+    pub refs_unknown: bool,
+    pub paths: Vec<String>,
+    pub domains: Vec<String>,
+    /// The repository's default branch; `main` and `master` when unknown.
+    pub default_branch: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Action {
+    pub effects: BTreeSet<Effect>,
+    pub scope: Scope,
+    pub mode: Mode,
+    /// The tool asking, when a tool asks (it must be in the mode's registry).
+    pub tool: Option<String>,
+    /// A shell command line, judged by the command policy.
+    pub command_line: Option<String>,
+    /// Whether the run has an egress proxy (tools that need one exist only then).
+    pub egress: bool,
+}
+
+/// One effect class and what decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectVerdict {
+    pub effect: Effect,
+    pub decision: Decision,
+    /// `rules.toml:3` or `default`.
+    pub source: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    pub decision: Decision,
+    pub reason: String,
+    /// What decided: a rule's `file:line`, `default`, `command policy`, `mode`.
+    pub source: String,
+    pub effects: Vec<EffectVerdict>,
+    pub command: Option<CommandVerdict>,
+}
+
+/// Evaluates an action against the rule sets (global first, then the workspace's; all
+/// count alike).
+pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
+    if let Some(name) = &action.tool
+        && let Err(reason) = tools::lookup(name, action.mode, action.egress)
+    {
+        return Evaluation {
+            decision: Decision::Deny,
+            reason,
+            source: "mode".into(),
+            effects: Vec::new(),
+            command: None,
+        };
+    }
+    let rules: Vec<&Rule> = rule_sets.iter().flat_map(|s| s.rules.iter()).collect();
+    let mut effects: Vec<EffectVerdict> =
+        action.effects.iter().map(|e| judge_effect(*e, &action.scope, action.mode, &rules)).collect();
+    let command = action.command_line.as_deref().map(|line| command::check(line, action.mode));
+    let mut worst = (Decision::Allow, String::from("allowed"), String::from("default"));
+    if let Some(verdict) = &command {
+        for p in &verdict.parts {
+            if p.decision > worst.0 {
+                worst = (p.decision, p.reason.clone(), "command policy".into());
+            }
+            let scope = part_scope(&action.scope, &p.part.scope);
+            for e in &p.part.effects {
+                effects.push(judge_effect(*e, &scope, action.mode, &rules));
+            }
+        }
+    }
+    for v in &effects {
+        if v.decision > worst.0 {
+            worst = (v.decision, v.reason.clone(), v.source.clone());
+        }
+    }
+    if worst.0 == Decision::Allow {
+        worst.1 = match &command {
+            Some(c) if !c.parts.is_empty() => c.reason.clone(),
+            _ => effects.first().map_or_else(|| "nothing to decide".into(), |v| v.reason.clone()),
+        };
+    }
+    dedup(&mut effects);
+    Evaluation { decision: worst.0, reason: worst.1, source: worst.2, effects, command }
+}
+
+fn dedup(effects: &mut Vec<EffectVerdict>) {
+    let mut seen = Vec::new();
+    effects.retain(|v| {
+        let key = (v.effect, v.decision, v.source.clone());
+        if seen.contains(&key) {
+            false
+        } else {
+            seen.push(key);
+            true
+        }
+    });
+}
+
+fn part_scope(action: &Scope, part: &PartScope) -> Scope {
+    Scope {
+        repo: action.repo.clone(),
+        refs: part.refs.clone(),
+        refs_unknown: part.refs_unknown,
+        paths: part.paths.clone(),
+        domains: part.domains.clone(),
+        default_branch: action.default_branch.clone(),
+    }
+}
+
+/// The decision for one effect class: every matching rule counts and the most
+/// restrictive wins; with none, the built-in default.
+pub fn judge_effect(effect: Effect, scope: &Scope, mode: Mode, rules: &[&Rule]) -> EffectVerdict {
+    let matching = rules.iter().filter(|r| r.effect == effect && rule_matches(r, scope, mode));
+    match matching.max_by_key(|r| r.decision) {
+        Some(rule) => EffectVerdict {
+            effect,
+            decision: rule.decision,
+            source: rule.source.clone(),
+            reason: rule
+                .reason
+                .clone()
+                .unwrap_or_else(|| format!("{effect}: {} by rule {}", rule.decision, rule.source)),
+        },
+        None => {
+            let (decision, reason) = default_for(effect, scope);
+            EffectVerdict { effect, decision, source: "default".into(), reason }
+        }
+    }
+}
+
+/// The shipped defaults (documented in the README).
+pub fn default_for(effect: Effect, scope: &Scope) -> (Decision, String) {
+    match effect {
+        Effect::WriteFile | Effect::DeleteFile | Effect::RunCommand | Effect::CreateCommit => {
+            (Decision::Allow, format!("{effect}: allowed by default"))
+        }
+        Effect::PushRemote => {
+            let default = |r: &str| match &scope.default_branch {
+                Some(d) => r == d,
+                None => r == "main" || r == "master",
+            };
+            if scope.refs_unknown || scope.refs.is_empty() {
+                (Decision::Ask, "push_remote: a push whose branch is not named asks by default".into())
+            } else if let Some(r) = scope.refs.iter().find(|r| default(r)) {
+                (Decision::Ask, format!("push_remote: a push to the default branch {r} asks by default"))
+            } else {
+                (Decision::Allow, "push_remote: pushes to other branches are allowed by default".into())
+            }
+        }
+        Effect::OpenPullRequest
+        | Effect::PublishReviewOrMerge
+        | Effect::WriteExternalTracker
+        | Effect::InstallPackage
+        | Effect::PublishPackage
+        | Effect::AccessNetwork => (Decision::Ask, format!("{effect}: asks by default")),
+    }
+}
+
+/// Whether `rule` applies to an action with `scope` in `mode`. Values a scope has
+/// several of (refs, paths, domains): an allow rule must cover all of them, an ask or
+/// deny rule applies when it covers any.
+fn rule_matches(rule: &Rule, scope: &Scope, mode: Mode) -> bool {
+    if rule.mode.is_some_and(|m| m != mode) {
+        return false;
+    }
+    let permissive = rule.decision == Decision::Allow;
+    let check = |values: &[String], unknown: bool, pred: &dyn Fn(&str) -> bool| -> bool {
+        if unknown || values.is_empty() {
+            return !permissive;
+        }
+        if permissive { values.iter().all(|v| pred(v)) } else { values.iter().any(|v| pred(v)) }
+    };
+    if let Some(p) = &rule.repo {
+        let repo: Vec<String> = scope.repo.iter().cloned().collect();
+        if !check(&repo, false, &|v| p.matches(v)) {
+            return false;
+        }
+    }
+    if let Some(p) = &rule.branch {
+        let branches: Vec<String> = scope.refs.iter().filter(|r| !r.starts_with("refs/")).cloned().collect();
+        let only_other_refs = !scope.refs.is_empty() && branches.is_empty() && !scope.refs_unknown;
+        if only_other_refs || !check(&branches, scope.refs_unknown, &|v| p.matches(v)) {
+            return false;
+        }
+    }
+    if let Some(p) = &rule.reference {
+        let full: Vec<String> = scope
+            .refs
+            .iter()
+            .map(|r| if r.starts_with("refs/") { r.clone() } else { format!("refs/heads/{r}") })
+            .collect();
+        if !check(&full, scope.refs_unknown, &|v| p.matches(v)) {
+            return false;
+        }
+    }
+    if let Some(p) = &rule.path
+        && !check(&scope.paths, false, &|v| p.matches(v.trim_start_matches("./")))
+    {
+        return false;
+    }
+    if let Some(d) = &rule.domain
+        && !check(&scope.domains, false, &|v| d.matches(v))
+    {
+        return false;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(text: &str) -> RuleSet {
+        RuleSet::parse(text, "rules.toml").unwrap()
+    }
+
+    fn push(refs: &[&str]) -> Action {
+        Action {
+            effects: [Effect::PushRemote].into(),
+            scope: Scope { refs: refs.iter().map(|r| r.to_string()).collect(), ..Scope::default() },
+            ..Action::default()
+        }
+    }
+
+    const MAIN_DENY: &str = "[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"deny\"\nreason = \"direct pushes to main are not allowed\"\n";
+
+    #[test]
+    fn defaults_ask_for_the_default_branch_and_allow_the_rest() {
+        assert_eq!(evaluate(&push(&["main"]), &[]).decision, Decision::Ask);
+        assert_eq!(evaluate(&push(&["master"]), &[]).decision, Decision::Ask);
+        assert_eq!(evaluate(&push(&["feature/x"]), &[]).decision, Decision::Allow);
+        let mut unknown = push(&[]);
+        unknown.scope.refs_unknown = true;
+        assert_eq!(evaluate(&unknown, &[]).decision, Decision::Ask);
+        let mut trunk = push(&["main"]);
+        trunk.scope.default_branch = Some("trunk".into());
+        assert_eq!(evaluate(&trunk, &[]).decision, Decision::Allow);
+        trunk.scope.refs = vec!["trunk".into()];
+        assert_eq!(evaluate(&trunk, &[]).decision, Decision::Ask);
+        let e = evaluate(&Action { effects: [Effect::InstallPackage].into(), ..Action::default() }, &[]);
+        assert_eq!((e.decision, e.source.as_str()), (Decision::Ask, "default"));
+    }
+
+    #[test]
+    fn the_most_restrictive_matching_rule_wins_and_names_itself() {
+        let global = rules(&format!(
+            "[[rule]]\neffect = \"push_remote\"\ndecision = \"allow\"\n\n{MAIN_DENY}\n[[rule]]\neffect = \"push_remote\"\nbranch = \"ma*\"\ndecision = \"ask\"\n"
+        ));
+        let e = evaluate(&push(&["main"]), &[&global]);
+        assert_eq!(
+            (e.decision, e.reason.as_str(), e.source.as_str()),
+            (Decision::Deny, "direct pushes to main are not allowed", "rules.toml:5")
+        );
+        assert_eq!(evaluate(&push(&["mast"]), &[&global]).decision, Decision::Ask);
+        // A matching allow rule replaces the default: other pushes need no question.
+        assert_eq!(evaluate(&push(&["feature"]), &[&global]).decision, Decision::Allow);
+    }
+
+    #[test]
+    fn workspace_rules_count_alongside_the_global_ones() {
+        let global = rules("[[rule]]\neffect = \"push_remote\"\ndecision = \"allow\"\n");
+        let workspace = RuleSet::parse(MAIN_DENY, "workspace.toml").unwrap();
+        let e = evaluate(&push(&["main"]), &[&global, &workspace]);
+        assert_eq!((e.decision, e.source.as_str()), (Decision::Deny, "workspace.toml:1"));
+        // A workspace cannot loosen a global deny: both count, deny wins.
+        let loose =
+            RuleSet::parse("[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"allow\"\n", "w.toml")
+                .unwrap();
+        let strict = rules(MAIN_DENY);
+        assert_eq!(evaluate(&push(&["main"]), &[&strict, &loose]).decision, Decision::Deny);
+    }
+
+    #[test]
+    fn an_unknown_scope_is_the_worst_case() {
+        let set = rules(&format!(
+            "{MAIN_DENY}\n[[rule]]\neffect = \"push_remote\"\nbranch = \"feature/*\"\ndecision = \"allow\"\n"
+        ));
+        let mut unknown = push(&[]);
+        unknown.scope.refs_unknown = true;
+        assert_eq!(evaluate(&unknown, &[&set]).decision, Decision::Deny);
+        // An allow rule must cover every ref pushed; a deny rule any one of them.
+        let only_allow = rules("[[rule]]\neffect = \"push_remote\"\nbranch = \"feature/*\"\ndecision = \"allow\"\n");
+        assert_eq!(evaluate(&push(&["feature/a", "main"]), &[&only_allow]).decision, Decision::Ask);
+        assert_eq!(evaluate(&push(&["feature/a", "feature/b"]), &[&only_allow]).decision, Decision::Allow);
+        assert_eq!(evaluate(&push(&["feature/a", "main"]), &[&set]).decision, Decision::Deny);
+    }
+
+    #[test]
+    fn ref_rules_see_full_names_and_branch_rules_only_branches() {
+        let tags = rules("[[rule]]\neffect = \"push_remote\"\nref = \"refs/tags/*\"\ndecision = \"deny\"\n");
+        assert_eq!(evaluate(&push(&["refs/tags/v1"]), &[&tags]).decision, Decision::Deny);
+        assert_eq!(evaluate(&push(&["feature"]), &[&tags]).decision, Decision::Allow);
+        let heads = rules("[[rule]]\neffect = \"push_remote\"\nref = \"refs/heads/release/*\"\ndecision = \"deny\"\n");
+        assert_eq!(evaluate(&push(&["release/1"]), &[&heads]).decision, Decision::Deny);
+        let branch = rules("[[rule]]\neffect = \"push_remote\"\nbranch = \"*\"\ndecision = \"deny\"\n");
+        assert_eq!(evaluate(&push(&["refs/tags/v1"]), &[&branch]).decision, Decision::Allow);
+    }
+
+    #[test]
+    fn mode_repo_path_and_domain_scopes() {
+        let set = rules(concat!(
+            "[[rule]]\neffect = \"write_file\"\npath = \"secrets/**\"\ndecision = \"deny\"\n\n",
+            "[[rule]]\neffect = \"create_commit\"\nmode = \"orchestrate\"\ndecision = \"deny\"\n\n",
+            "[[rule]]\neffect = \"access_network\"\ndomain = \"*.internal.example\"\ndecision = \"allow\"\n\n",
+            "[[rule]]\neffect = \"create_commit\"\nrepo = \"infra-*\"\ndecision = \"ask\"\n",
+        ));
+        let write = |path: &str| Action {
+            effects: [Effect::WriteFile].into(),
+            scope: Scope { paths: vec![path.into()], ..Scope::default() },
+            ..Action::default()
+        };
+        assert_eq!(evaluate(&write("secrets/a/b"), &[&set]).decision, Decision::Deny);
+        assert_eq!(evaluate(&write("./secrets/a"), &[&set]).decision, Decision::Deny);
+        assert_eq!(evaluate(&write("src/a"), &[&set]).decision, Decision::Allow);
+        let commit = |mode, repo: &str| Action {
+            effects: [Effect::CreateCommit].into(),
+            mode,
+            scope: Scope { repo: Some(repo.into()), ..Scope::default() },
+            ..Action::default()
+        };
+        assert_eq!(evaluate(&commit(Mode::Orchestrate, "app"), &[&set]).decision, Decision::Deny);
+        assert_eq!(evaluate(&commit(Mode::Chat, "app"), &[&set]).decision, Decision::Allow);
+        assert_eq!(evaluate(&commit(Mode::Chat, "infra-prod"), &[&set]).decision, Decision::Ask);
+        let fetch = |host: &str| Action {
+            effects: [Effect::AccessNetwork].into(),
+            scope: Scope { domains: vec![host.into()], ..Scope::default() },
+            ..Action::default()
+        };
+        assert_eq!(evaluate(&fetch("api.internal.example"), &[&set]).decision, Decision::Allow);
+        assert_eq!(evaluate(&fetch("example.org"), &[&set]).decision, Decision::Ask);
+    }
+
+    #[test]
+    fn command_lines_meet_the_rules_with_their_own_scopes() {
+        let set = rules(MAIN_DENY);
+        let bash = |line: &str, mode| Action {
+            effects: [Effect::RunCommand].into(),
+            tool: Some("bash".into()),
+            command_line: Some(line.into()),
+            mode,
+            ..Action::default()
+        };
+        let e = evaluate(&bash("git commit -m x && git push origin main", Mode::Chat), &[&set]);
+        assert_eq!((e.decision, e.reason.as_str()), (Decision::Deny, "direct pushes to main are not allowed"));
+        assert_eq!(evaluate(&bash("git push origin feature", Mode::Chat), &[&set]).decision, Decision::Ask);
+        let net = rules("[[rule]]\neffect = \"access_network\"\ndomain = \"localhost\"\ndecision = \"allow\"\n");
+        assert_eq!(evaluate(&bash("curl http://localhost:8080/x", Mode::Plan), &[&net]).decision, Decision::Allow);
+        assert_eq!(
+            evaluate(&bash("curl http://localhost/ https://example.org/", Mode::Chat), &[&net]).decision,
+            Decision::Ask
+        );
+    }
+
+    #[test]
+    fn tools_outside_the_mode_are_denied_with_the_mode_named() {
+        let write = Action {
+            effects: [Effect::WriteFile].into(),
+            tool: Some("write".into()),
+            mode: Mode::Plan,
+            ..Action::default()
+        };
+        let e = evaluate(&write, &[]);
+        assert_eq!((e.decision, e.reason.as_str()), (Decision::Deny, "tool not available in plan mode"));
+    }
+}

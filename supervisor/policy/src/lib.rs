@@ -1,0 +1,18 @@
+//! The gate's pure logic, kept apart from every socket and file so it can be tested
+//! exhaustively and fuzzed: what an action's effect classes are, which rules match it,
+//! what a mode allows, and what a shell command line would do.
+//!
+//! Nothing here performs I/O except [`rules::RuleSet::parse`], which reads a string.
+//! The supervisor's gate (approvals, events, the RPC edge) is built on top.
+
+#![forbid(unsafe_code)]
+
+pub mod command;
+pub mod effect;
+pub mod evaluate;
+pub mod rules;
+pub mod tools;
+
+pub use effect::{CommandClass, Decision, Effect, Mode};
+pub use evaluate::{Action, Evaluation, Scope, evaluate};
+pub use rules::{Rule, RuleError, RuleSet};

@@ -1,0 +1,59 @@
+//! The command-policy corpus (`corpus.txt`): every line in every mode, through the whole
+//! gate with the shipped default rules, against the decision written next to it.
+
+use cc_policy::{Action, Decision, Effect, Mode, evaluate};
+
+pub fn corpus() -> Vec<(Decision, Decision, String)> {
+    let letter = |c: &str| match c {
+        "a" => Decision::Allow,
+        "k" => Decision::Ask,
+        "d" => Decision::Deny,
+        other => panic!("corpus: bad decision letter {other:?}"),
+    };
+    include_str!("corpus.txt")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut it = l.splitn(3, ' ');
+            let chat = letter(it.next().unwrap());
+            let read_only = letter(it.next().unwrap());
+            let line = it.next().expect("corpus: a line needs two letters and a command").replace("\\n", "\n");
+            (chat, read_only, line)
+        })
+        .collect()
+}
+
+fn decide(line: &str, mode: Mode) -> (Decision, String) {
+    let action = Action {
+        effects: [Effect::RunCommand].into(),
+        mode,
+        tool: Some("bash".into()),
+        command_line: Some(line.to_owned()),
+        ..Action::default()
+    };
+    let e = evaluate(&action, &[]);
+    (e.decision, e.reason)
+}
+
+#[test]
+fn every_line_in_every_mode_gets_its_decision() {
+    let corpus = corpus();
+    assert!(corpus.len() >= 300, "the corpus has {} lines", corpus.len());
+    let mut failures = Vec::new();
+    for (chat, read_only, line) in &corpus {
+        for mode in Mode::ALL {
+            let want = if mode == Mode::Chat { *chat } else { *read_only };
+            let (got, reason) = decide(line, mode);
+            if got != want {
+                failures.push(format!("{mode:<11} want {want:<5} got {got:<5} {line:?}  ({reason})"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} decisions differ:\n{}",
+        failures.len(),
+        corpus.len() * 4,
+        failures.join("\n")
+    );
+}
