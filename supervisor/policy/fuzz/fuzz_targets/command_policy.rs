@@ -1,0 +1,16 @@
+//! Any bytes, as a command line, in every mode: the classifier must answer, not panic,
+//! and appending a denied command must never loosen the decision.
+#![no_main]
+
+use cc_policy::Mode;
+use cc_policy::command::check;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(line) = std::str::from_utf8(data) else { return };
+    for mode in Mode::ALL {
+        let before = check(line, mode).decision;
+        let after = check(&format!("{line}\nrm -rf /"), mode).decision;
+        assert!(after >= before, "{mode}: appending a denied command loosened {line:?}");
+    }
+});
