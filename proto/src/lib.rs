@@ -26,6 +26,8 @@ pub mod common {
 }
 /// Generated code for `cc.supervisor.v1`, the client API.
 pub mod supervisor {
+    // Generated: an approval event's question is big and its other variants small.
+    #[allow(clippy::large_enum_variant)]
     pub mod v1 {
         tonic::include_proto!("cc.supervisor.v1");
     }

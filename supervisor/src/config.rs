@@ -13,6 +13,12 @@
 //!
 //! [sandbox]
 //! bwrap = "/usr/bin/bwrap"            # default: bwrap on PATH
+//!
+//! [gate]
+//! rules = "rules.toml"                # global rules; relative to this file
+//! approval_timeout_ms = 300000        # an ask unanswered this long is a deny
+//! [gate.workspaces]
+//! default = "rules/default.toml"      # a workspace's rules, on top of the global ones
 //! ```
 
 use std::collections::BTreeMap;
@@ -40,6 +46,28 @@ pub struct Config {
     pub helpers: BTreeMap<String, HelperConfig>,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub gate: GateConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GateConfig {
+    pub rules: Option<PathBuf>,
+    pub approval_timeout_ms: u64,
+    pub workspaces: BTreeMap<String, PathBuf>,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        Self { rules: None, approval_timeout_ms: 300_000, workspaces: BTreeMap::new() }
+    }
+}
+
+impl GateConfig {
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_millis(self.approval_timeout_ms)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -103,21 +131,7 @@ pub struct SandboxConfig {
 impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         // The file names programs we run: only we (or root) may be able to change it.
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let us = nix::unistd::geteuid().as_raw();
-        if (meta.uid() != us && meta.uid() != 0) || meta.mode() & 0o022 != 0 {
-            return Err(ConfigError::Invalid {
-                path: path.to_owned(),
-                message: format!(
-                    "it is owned by uid {} with mode {:o}: it must be ours or root's and writable by no one else",
-                    meta.uid(),
-                    meta.mode() & 0o777
-                ),
-            });
-        }
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = read_trusted(path)?;
         Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
     }
 
@@ -134,11 +148,33 @@ impl Config {
         if r.ready_timeout_ms == 0 || r.stop_timeout_ms == 0 {
             return Err("[restart]: ready_timeout_ms and stop_timeout_ms must be positive".into());
         }
+        if config.gate.approval_timeout_ms == 0 {
+            return Err("[gate]: approval_timeout_ms must be positive".into());
+        }
         if r.healthy_after_ms <= r.ready_timeout_ms {
             return Err("[restart]: healthy_after_ms must be longer than ready_timeout_ms, or no helper would ever be reported failed".into());
         }
         Ok(config)
     }
+}
+
+/// Reads a file that decides what we run or allow: it must be ours or root's and
+/// writable by no one else, or anyone who can edit it could loosen us.
+pub fn read_trusted(path: &Path) -> Result<String, ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    let us = nix::unistd::geteuid().as_raw();
+    if (meta.uid() != us && meta.uid() != 0) || meta.mode() & 0o022 != 0 {
+        return Err(ConfigError::Invalid {
+            path: path.to_owned(),
+            message: format!(
+                "it is owned by uid {} with mode {:o}: it must be ours or root's and writable by no one else",
+                meta.uid(),
+                meta.mode() & 0o777
+            ),
+        });
+    }
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })
 }
 
 /// toml's messages span several lines (a snippet with a caret); keep the first line

@@ -12,6 +12,7 @@ use cc_proto::auth::PeerGuard;
 use cc_proto::helper::{MAX_MESSAGE_BYTES, unix_ms};
 use cc_proto::logging::LogFormat;
 use cc_proto::socket::{self, SocketError};
+use cc_proto::supervisor::v1::gate_server::GateServer;
 use cc_proto::supervisor::v1::supervisor_server::SupervisorServer;
 use serde_json::json;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -22,6 +23,8 @@ use crate::api::SupervisorApi;
 use crate::config::{Config, ConfigError};
 use crate::conversations::Conversations;
 use crate::events::EventLog;
+use crate::gate::service::GateService;
+use crate::gate::{Gate, GateError};
 use crate::helpers::{HELPER_NAMES, HelperLaunch, HelperSet, SuperviseEnv};
 use crate::lock::{DataDirLock, LockError};
 use crate::paths::{DataDir, DataDirError};
@@ -65,6 +68,8 @@ pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
+    Gate(#[from] GateError),
+    #[error(transparent)]
     Socket(#[from] SocketError),
     #[error("cannot generate helper secrets: {0}")]
     Secret(#[from] cc_proto::secret::SecretError),
@@ -91,17 +96,25 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         None => Config::default(),
     };
 
-    // 3. State.
+    // 3. The gate's rules: a rules file that does not load stops start-up, never a
+    //    silent fall back to the defaults.
+    let config_base = match &options.config {
+        Some(path) => path.parent().map(Path::to_owned).unwrap_or_default(),
+        None => data.root().to_owned(),
+    };
+
+    // 4. State.
     let store = Arc::new(Store::open(&data.state_db())?);
     let events = Arc::new(EventLog::new(store.clone()));
     let conversations = Arc::new(Conversations::new(data.clone(), store, events.clone()));
     for id in conversations.sweep_unfinished() {
         tracing::warn!(conversation = id, "removed a conversation whose provisioning never finished");
     }
+    let gate = Arc::new(Gate::load(&config.gate, &config_base, events.clone())?);
     let attachments = data.attachments_dir("default");
     std::fs::create_dir_all(&attachments).map_err(|source| DataDirError::Unusable { path: attachments, source })?;
 
-    // 4. The sandbox probe, said on the startup line.
+    // 5. The sandbox probe, said on the startup line.
     let (choice, bwrap) = (options.sandbox, config.sandbox.bwrap.clone());
     let probe = tokio::task::spawn_blocking(move || probe::probe(choice, bwrap.as_deref()))
         .await
@@ -111,7 +124,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     }
     say(&probe.line());
 
-    // 5. The client socket, before the helpers, so that clients can watch start-up.
+    // 6. The client socket, before the helpers, so that clients can watch start-up.
     socket::prepare_private_dir(&data.sock_dir())?;
     let api_socket = data.api_socket();
     let listener = socket::bind_private(&api_socket)?;
@@ -122,7 +135,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         json!({ "pid": std::process::id(), "version": cc_proto::VERSION, "sandbox": probe.line() }),
     );
 
-    // 6. The helpers, each supervised by its own task.
+    // 7. The helpers, each supervised by its own task.
     let helper_dir = match &options.helper_dir {
         Some(dir) => dir.clone(),
         None => default_helper_dir().map_err(StartError::HelperDir)?,
@@ -156,7 +169,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     });
     let helpers = Arc::new(HelperSet::start(launches, env)?);
 
-    // 7. Serve the client API: health, reflection, and the supervisor service, every
+    // 8. Serve the client API: health, reflection, and the supervisor service, every
     //    call authorized by the caller's uid.
     let api = SupervisorApi::new(
         unix_ms(SystemTime::now()),
@@ -180,13 +193,14 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
             .add_service(health)
             .add_service(reflection)
             .add_service(SupervisorServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            .add_service(GateServer::new(GateService::new(gate)).max_decoding_message_size(MAX_MESSAGE_BYTES))
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                 let _ = api_stopped.await;
             }),
     );
     say(&format!("serving {}", api_socket.display()));
 
-    // 8. READY=1 once every helper serves at the same time.
+    // 9. READY=1 once every helper serves at the same time.
     let ready = {
         let helpers = helpers.clone();
         tokio::spawn(async move {
@@ -198,13 +212,13 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         })
     };
 
-    // 9. Run until asked to stop (or the API fails).
+    // 10. Run until asked to stop (or the API fails).
     let served = tokio::select! {
         _ = shutdown => None,
         result = &mut server => Some(result),
     };
 
-    // 10. Stop: the API first (no new requests), then the helpers, last started first.
+    // 11. Stop: the API first (no new requests), then the helpers, last started first.
     ready.abort();
     let _ = stop_api.send(());
     if served.is_none() && tokio::time::timeout(API_DRAIN, &mut server).await.is_err() {

@@ -14,6 +14,7 @@ pub mod conversations;
 pub mod convert;
 pub mod daemon;
 pub mod events;
+pub mod gate;
 pub mod helpers;
 pub mod install;
 pub mod lock;

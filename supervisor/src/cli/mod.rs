@@ -1,6 +1,7 @@
 //! `ccctl`, the command-line client. Every command has `--help` and `--json`; every
 //! error is one line, `ccctl: …`, with a non-zero exit code.
 
+mod gate;
 mod progress;
 mod render;
 
@@ -79,6 +80,18 @@ enum Command {
         #[command(subcommand)]
         action: SandboxAction,
     },
+    /// The gate's rules, and what it would decide for a command line
+    Policy {
+        #[command(subcommand)]
+        action: gate::PolicyAction,
+    },
+    /// Answer the gate's questions (an ask with no approver connected is a deny)
+    Approvals {
+        #[command(subcommand)]
+        action: gate::ApprovalsAction,
+    },
+    /// The tools a run has in a mode
+    Tools(gate::ToolsArgs),
 }
 
 #[derive(Subcommand)]
@@ -315,6 +328,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Policy { action } => gate::policy(connect_gate(&socket, &data).await?, action, cli.json).await?,
+        Command::Approvals { action } => gate::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?,
+        Command::Tools(args) => gate::tools(connect_gate(&socket, &data).await?, args, cli.json).await?,
         Command::Conversation { action } => {
             let mut client = connect(&socket, &data).await?;
             match action {
@@ -352,7 +368,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn connect(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<Client> {
-    client::connect(socket).await.map_err(|e| match e {
+    Ok(client::supervisor(connect_channel(socket, data).await?))
+}
+
+async fn connect_gate(
+    socket: &std::path::Path,
+    data: &DataDir,
+) -> anyhow::Result<pb::gate_client::GateClient<tonic::transport::Channel>> {
+    Ok(client::gate(connect_channel(socket, data).await?))
+}
+
+async fn connect_channel(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<tonic::transport::Channel> {
+    cc_proto::client::connect(socket).await.map_err(|e| match e {
         ConnectError::NotListening { path } => anyhow!(
             "no supervisor is listening on {}; start one with `cc-supervisor --data-dir {}`",
             path.display(),

@@ -1,0 +1,174 @@
+//! The Gate service on the supervisor's socket.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cc_policy::evaluate::default_for;
+use cc_policy::{Effect, Scope, tools};
+use cc_proto::auth::Caller;
+use cc_proto::supervisor::v1 as pb;
+use cc_proto::supervisor::v1::gate_server::Gate as GateRpc;
+use futures::Stream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{Gate, wire};
+
+pub struct GateService {
+    gate: Arc<Gate>,
+}
+
+impl GateService {
+    pub fn new(gate: Arc<Gate>) -> Self {
+        Self { gate }
+    }
+}
+
+/// The approver's name: what it calls itself (`x-cc-approver`), with its uid.
+fn approver_name<T>(request: &Request<T>) -> String {
+    let uid = request.extensions().get::<Caller>().map(|c| c.uid);
+    let given = request
+        .metadata()
+        .get("x-cc-approver")
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.chars().filter(|c| !c.is_control()).take(64).collect::<String>())
+        .filter(|s| !s.is_empty());
+    match (given, uid) {
+        (Some(name), Some(uid)) => format!("{name} (uid {uid})"),
+        (Some(name), None) => name,
+        (None, Some(uid)) => format!("uid {uid}"),
+        (None, None) => "an approver".into(),
+    }
+}
+
+type ApprovalStream = Pin<Box<dyn Stream<Item = Result<pb::ApprovalEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl GateRpc for GateService {
+    async fn decide(&self, request: Request<pb::DecideRequest>) -> Result<Response<pb::DecideResponse>, Status> {
+        let req = wire::request_from(request.into_inner().action)?;
+        let decided = self.gate.decide(req).await;
+        Ok(Response::new(pb::DecideResponse {
+            decision: wire::decision(decided.decision) as i32,
+            reason: decided.reason,
+            verdict: Some(wire::verdict(&decided.evaluation)),
+            decided_by: decided.decided_by,
+        }))
+    }
+
+    async fn check_command(
+        &self,
+        request: Request<pb::CheckCommandRequest>,
+    ) -> Result<Response<pb::CheckCommandResponse>, Status> {
+        let r = request.into_inner();
+        if r.command_line.is_empty() {
+            return Err(Status::invalid_argument("a command line is required"));
+        }
+        let action = pb::Action {
+            effects: vec![wire::effect(Effect::RunCommand) as i32],
+            mode: r.mode,
+            tool: "bash".into(),
+            command_line: r.command_line,
+            workspace: r.workspace,
+            ..Default::default()
+        };
+        let req = wire::request_from(Some(action))?;
+        let evaluation = self.gate.evaluate(&req.action, &req.workspace);
+        Ok(Response::new(pb::CheckCommandResponse { verdict: Some(wire::verdict(&evaluation)) }))
+    }
+
+    async fn show_policy(
+        &self,
+        request: Request<pb::ShowPolicyRequest>,
+    ) -> Result<Response<pb::ShowPolicyResponse>, Status> {
+        let workspace = request.into_inner().workspace;
+        let rules = self
+            .gate
+            .rule_sets(&workspace)
+            .into_iter()
+            .flat_map(|set| set.rules.iter())
+            .map(|r| pb::PolicyRule {
+                effect: r.effect.to_string(),
+                decision: r.decision.to_string(),
+                reason: r.reason.clone().unwrap_or_default(),
+                scope: r.scopes().into_iter().map(|(key, value)| pb::ScopeEntry { key: key.into(), value }).collect(),
+                source: r.source.clone(),
+            })
+            .collect();
+        let defaults = Effect::ALL
+            .iter()
+            .map(|e| {
+                let (decision, description) = match e {
+                    Effect::PushRemote => (
+                        cc_policy::Decision::Ask,
+                        "ask for the default branch or an unnamed one; allow for other branches".to_owned(),
+                    ),
+                    _ => {
+                        let (d, reason) = default_for(*e, &Scope::default());
+                        (d, reason)
+                    }
+                };
+                pb::DefaultDecision { effect: e.to_string(), decision: decision.to_string(), description }
+            })
+            .collect();
+        Ok(Response::new(pb::ShowPolicyResponse {
+            rules,
+            defaults,
+            approval_timeout_ms: self.gate.approvals.timeout().as_millis() as u64,
+        }))
+    }
+
+    async fn list_tools(
+        &self,
+        request: Request<pb::ListToolsRequest>,
+    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let r = request.into_inner();
+        let mode = wire::mode_from(r.mode)?;
+        let present = tools::registry(mode, r.egress);
+        let tools = present
+            .iter()
+            .map(|t| pb::ToolInfo {
+                name: t.name.into(),
+                effects: t.effects.iter().map(|e| wire::effect(*e) as i32).collect(),
+                summary: t.summary.into(),
+                mutates: t.mutates(),
+            })
+            .collect();
+        let absent = tools::TOOLS
+            .iter()
+            .filter(|t| !present.iter().any(|p| p.name == t.name))
+            .map(|t| match tools::lookup(t.name, mode, r.egress) {
+                Err(why) => format!("{}: {why}", t.name),
+                Ok(_) => t.name.to_owned(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListToolsResponse { tools, absent }))
+    }
+
+    type WatchApprovalsStream = ApprovalStream;
+
+    async fn watch_approvals(
+        &self,
+        request: Request<Streaming<pb::ApprovalAnswer>>,
+    ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
+        let name = approver_name(&request);
+        let mut answers = request.into_inner();
+        let (id, events) = self.gate.approvals.connect(name);
+        let gate = self.gate.clone();
+        tokio::spawn(async move {
+            // The approver is registered for as long as its stream of answers lasts.
+            while let Some(next) = answers.next().await {
+                let Ok(answer) = next else { break };
+                let outcome = wire::decision_from(answer.decision)
+                    .map_err(|e| e.message().to_owned())
+                    .and_then(|d| gate.approvals.answer(id, &answer.question_id, d, &answer.note));
+                if let Err(why) = outcome {
+                    tracing::warn!(approver = id, question = answer.question_id, why, "an answer was refused");
+                }
+            }
+            gate.approvals.disconnect(id);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(events))))
+    }
+}
