@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace --bins
 ./target/release/cc-bench supervisor
+./target/release/cc-bench gate
 # srt (the sandbox-runtime npm package) for the launch comparison, installed here,
 # beside the build, never committed.
 srt=

@@ -4,6 +4,8 @@
 //! * `supervisor`: cold start to `READY=1`, and the client API round trip.
 //! * `sandbox`: launch latency of `true` through sandboxd's API vs raw bubblewrap vs
 //!   srt vs no sandbox, and the memory of an idle envelope.
+//! * `gate`: command classification throughput on the policy corpus, and the gate's
+//!   round trip over the socket.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use cc_proto::supervisor::v1 as pb;
 
+mod gate;
 mod sandbox;
 
 fn main() -> anyhow::Result<()> {
@@ -21,7 +24,8 @@ fn main() -> anyhow::Result<()> {
     match which.as_str() {
         "supervisor" => supervisor(),
         "sandbox" => sandbox::run(std::env::args().nth(2)),
-        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox)"),
+        "gate" => gate::run(),
+        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate)"),
     }
 }
 
@@ -50,7 +54,7 @@ impl Drop for Running {
 }
 
 /// Starts a supervisor on a fresh data dir; returns it and the time to `READY=1`.
-fn start(root: &Path, n: usize) -> anyhow::Result<(Running, Duration)> {
+pub(crate) fn start(root: &Path, n: usize) -> anyhow::Result<(Running, Duration)> {
     let data = root.join(format!("d{n}"));
     let notify_path = root.join(format!("n{n}.sock"));
     let notify = UnixDatagram::bind(&notify_path)?;

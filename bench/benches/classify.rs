@@ -1,0 +1,34 @@
+//! Criterion: the command policy over the whole corpus, per mode. `cc-bench gate` gives
+//! the same figure as lines per second with its p99.
+
+use cc_policy::Mode;
+use cc_policy::command::check;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+fn corpus() -> Vec<String> {
+    include_str!("../../supervisor/policy/tests/corpus.txt")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.splitn(3, ' ').nth(2))
+        .map(|l| l.replace("\\n", "\n"))
+        .collect()
+}
+
+fn classify(c: &mut Criterion) {
+    let lines = corpus();
+    let mut group = c.benchmark_group("command policy corpus");
+    group.throughput(Throughput::Elements(lines.len() as u64));
+    for mode in [Mode::Chat, Mode::Plan] {
+        group.bench_function(mode.as_str(), |b| {
+            b.iter(|| {
+                for line in &lines {
+                    std::hint::black_box(check(std::hint::black_box(line), mode));
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, classify);
+criterion_main!(benches);

@@ -1,0 +1,101 @@
+//! The gate: command classification throughput on the policy corpus (one thread), and
+//! the gate's round trip over the supervisor's socket.
+
+use std::time::{Duration, Instant};
+
+use cc_policy::Mode;
+use cc_policy::command::check;
+use cc_proto::common::v1 as common;
+use cc_proto::supervisor::v1 as pb;
+
+use crate::{report, start, stats};
+
+/// The corpus the tests use: one command line per entry.
+pub fn corpus() -> Vec<String> {
+    include_str!("../../supervisor/policy/tests/corpus.txt")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.splitn(3, ' ').nth(2))
+        .map(|l| l.replace("\\n", "\n"))
+        .collect()
+}
+
+pub fn run() -> anyhow::Result<()> {
+    classification();
+    round_trip()
+}
+
+fn classification() {
+    let lines = corpus();
+    for line in &lines {
+        check(line, Mode::Chat);
+    }
+    const ROUNDS: usize = 40;
+    let mut samples = Vec::with_capacity(lines.len() * ROUNDS * Mode::ALL.len());
+    let started = Instant::now();
+    for _ in 0..ROUNDS {
+        for mode in Mode::ALL {
+            for line in &lines {
+                let t = Instant::now();
+                std::hint::black_box(check(std::hint::black_box(line), mode));
+                samples.push(t.elapsed());
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let per_second = samples.len() as f64 / elapsed.as_secs_f64();
+    let s = stats(samples.clone());
+    let max = samples.iter().max().copied().unwrap_or_default();
+    println!(
+        "command classification ({} lines x {} modes x {ROUNDS}, one thread): {per_second:.0} lines/s (target >= 100000, ratio {:.2}); median {:.1} us, p99 {:.1} us (target < 50, ratio {:.2}), max {:.1} us",
+        lines.len(),
+        Mode::ALL.len(),
+        per_second / 100_000.0,
+        s.median.as_secs_f64() * 1e6,
+        s.p99.as_secs_f64() * 1e6,
+        s.p99.as_secs_f64() * 1e6 / 50.0,
+        max.as_secs_f64() * 1e6,
+    );
+}
+
+fn round_trip() -> anyhow::Result<()> {
+    let tmp = tempfile::Builder::new().prefix("cc-bench-gate-").tempdir()?;
+    let (_running, _) = start(tmp.path(), 0)?;
+    let socket = tmp.path().join("d0/sock/api.sock");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (checks, decides) = runtime.block_on(async {
+        let mut gate = cc_supervisor::client::connect_gate(&socket).await?;
+        let mut checks = Vec::new();
+        let mut decides = Vec::new();
+        for i in 0..2_200 {
+            let request = pb::CheckCommandRequest {
+                command_line: "cd src && git diff HEAD~1 | grep -n TODO".into(),
+                mode: common::Mode::Plan as i32,
+                workspace: String::new(),
+            };
+            let t = Instant::now();
+            gate.check_command(request).await?;
+            if i >= 200 {
+                checks.push(t.elapsed());
+            }
+        }
+        for i in 0..2_200 {
+            let action = pb::Action {
+                effects: vec![common::EffectClass::RunCommand as i32],
+                tool: "bash".into(),
+                command_line: "cargo test --workspace".into(),
+                run_id: "bench".into(),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            gate.decide(pb::DecideRequest { action: Some(action) }).await?;
+            if i >= 200 {
+                decides.push(t.elapsed());
+            }
+        }
+        anyhow::Ok((checks, decides))
+    })?;
+    report("gate CheckCommand round trip", &stats(checks), Duration::from_millis(1));
+    report("gate Decide round trip (allow, event recorded)", &stats(decides), Duration::from_millis(1));
+    Ok(())
+}
