@@ -9,6 +9,14 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let Ok(line) = std::str::from_utf8(data) else { return };
     for mode in Mode::ALL {
+        let _ = check(line, mode);
+    }
+    // A line ending in an odd number of backslashes continues onto the appended one,
+    // which then is not a command of its own: the property does not apply.
+    if line.chars().rev().take_while(|c| *c == '\\').count() % 2 == 1 {
+        return;
+    }
+    for mode in Mode::ALL {
         let before = check(line, mode).decision;
         let after = check(&format!("{line}\nrm -rf /"), mode).decision;
         assert!(after >= before, "{mode}: appending a denied command loosened {line:?}");

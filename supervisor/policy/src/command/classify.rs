@@ -29,6 +29,11 @@ const COMMAND_VARIABLES: &[&str] = &[
     "GIT_SSH",
     "GIT_PROXY_COMMAND",
     "FCEDIT",
+    "PS4",
+    "PS0",
+    "PS1",
+    "PS2",
+    "PS3",
 ];
 
 /// Variables that change which program runs, or what it loads.
@@ -148,16 +153,42 @@ pub fn redirections(simple: &Simple, part: &mut Part) {
     }
 }
 
-fn is_harmless_device(path: &str) -> bool {
-    matches!(path, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
+pub fn is_harmless_device(path: &str) -> bool {
+    let path = normalize(path);
+    matches!(path.as_str(), "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
         || path.strip_prefix("/dev/fd/").is_some_and(|n| n.parse::<u32>().is_ok())
+}
+
+/// An absolute path with `//`, `.` and `..` resolved lexically (`/dev/../dev/sda` is
+/// `/dev/sda`); a relative path is returned as it is.
+pub fn normalize(path: &str) -> String {
+    if !path.starts_with('/') {
+        return path.to_owned();
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// Block devices, memory, and the kernel's knobs: writing them is destruction, not an edit.
 pub fn is_kernel_or_disk(path: &str) -> bool {
-    const DISKS: [&str; 12] = ["sd", "hd", "vd", "xvd", "nvme", "mmcblk", "dm-", "md", "loop", "nbd", "sr", "disk/"];
+    const DISKS: [&str; 11] = ["sd", "hd", "vd", "xvd", "nvme", "mmcblk", "dm-", "md", "loop", "nbd", "sr"];
+    // Directories under /dev that hold no disks.
+    const HARMLESS_DIRS: [&str; 5] = ["fd/", "shm/", "pts/", "mqueue/", "hugepages/"];
+    let path = normalize(path);
     if let Some(dev) = path.strip_prefix("/dev/") {
-        return DISKS.iter().any(|d| dev.starts_with(d)) || matches!(dev, "mem" | "kmem" | "port" | "mapper");
+        // `/dev/vg0/root`, `/dev/mapper/x`, `/dev/disk/by-id/…`: volumes live in
+        // directories of their own.
+        let volume = dev.contains('/') && !HARMLESS_DIRS.iter().any(|d| dev.starts_with(d));
+        return volume || DISKS.iter().any(|d| dev.starts_with(d)) || matches!(dev, "mem" | "kmem" | "port");
     }
     path == "/proc/sysrq-trigger" || path.starts_with("/proc/sys/") || path.starts_with("/sys/")
 }
@@ -173,6 +204,7 @@ pub fn simple(an: &mut Analyzer, simple: &Simple, part: &mut Part) {
 
 /// Classifies `args` as a command line; wrappers loop back here with what they wrap.
 pub fn argv(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part: &mut Part) {
+    let mut wrapped = false;
     // Bounded: every wrapper consumes at least its own name.
     loop {
         let Some(first) = args.first() else { return };
@@ -190,7 +222,10 @@ pub fn argv(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part:
         let name = basename(&first.text).to_owned();
         let rest = &args[1..];
         match unwrap(an, &name, rest, part) {
-            Unwrapped::Command(inner) => args = inner,
+            Unwrapped::Command(inner) => {
+                args = inner;
+                wrapped = true;
+            }
             Unwrapped::Done => return,
             Unwrapped::NotAWrapper => break,
         }
@@ -201,11 +236,30 @@ pub fn argv(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part:
         // may not be the program its name says.
         part.add(C::Opaque, format!("runs the program file {}, which may not be the real {name}", args[0].text));
     }
-    if an.functions.contains(&name) {
+    // A function defined in this line runs a body already analysed, but only when it
+    // is called by its bare name: `command rm`, `/bin/rm` and `env rm` run the program.
+    // And a function may not stand in for a program we know: `rm() { :; }; rm -rf ~`
+    // is judged as rm (the definition could sit in a subshell or be unset).
+    let mut own = Part::default();
+    programs::program(an, &name, &args[0].text, &args[1..], stdin_text, &mut own);
+    let unknown = own.classes.iter().all(|c| *c == C::Mutation)
+        && own.notes.iter().all(|n| n.ends_with("not known to be read-only"));
+    if an.functions.contains(&name) && !wrapped && !args[0].text.contains('/') && unknown {
         part.add(C::ReadOnly, "");
         return;
     }
-    programs::program(an, &name, &args[0].text, &args[1..], stdin_text, part);
+    part.classes.extend(own.classes);
+    part.effects.extend(own.effects);
+    for n in own.notes {
+        if !part.notes.contains(&n) {
+            part.notes.push(n);
+        }
+    }
+    part.via.extend(own.via);
+    part.scope.refs.extend(own.scope.refs);
+    part.scope.refs_unknown |= own.scope.refs_unknown;
+    part.scope.paths.extend(own.scope.paths);
+    part.scope.domains.extend(own.scope.domains);
 }
 
 /// A bare name (found on PATH) or a path into a system program directory.
@@ -304,23 +358,24 @@ fn unwrap<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Part) -
             let mut i = 0;
             while let Some(a) = rest.get(i) {
                 let t = a.text.as_str();
-                if t == "-S"
-                    || t == "--split-string"
-                    || t.starts_with("--split-string=")
-                    || (t.starts_with("-S") && t.len() > 2)
-                {
-                    // `env -S 'cmd args'` splits a string into a command: a script.
-                    let value = if let Some(v) = t.strip_prefix("--split-string=") {
-                        Some(Arg { text: v.to_owned(), ..a.clone() })
-                    } else if t.len() > 2 && t.starts_with("-S") {
-                        Some(Arg { text: t[2..].to_owned(), ..a.clone() })
-                    } else {
-                        rest.get(i + 1).cloned()
+                let cluster = t.strip_prefix('-').filter(|c| !c.starts_with('-') && !c.is_empty());
+                let split_at = cluster.and_then(|c| c.find('S'));
+                if t == "--split-string" || t.starts_with("--split-string=") || split_at.is_some() {
+                    // `env -S 'cmd args'` (or `-vS`, `-S'cmd'`) splits a string into a
+                    // command: a script.
+                    let attached = match (t.strip_prefix("--split-string="), cluster, split_at) {
+                        (Some(v), _, _) => Some(v),
+                        (None, Some(c), Some(at)) => c.get(at + 1..).filter(|v| !v.is_empty()),
+                        _ => None,
+                    };
+                    let value = match attached {
+                        Some(v) => Some(Arg { text: v.to_owned(), ..a.clone() }),
+                        None => rest.get(i + 1).cloned(),
                     };
                     body(an, value.as_ref(), "env -S", part);
                     return Unwrapped::Done;
                 }
-                if t == "-u" || t == "-C" || t == "--unset" || t == "--chdir" {
+                if t == "--unset" || t == "--chdir" || cluster.is_some_and(|c| c.ends_with('u') || c.ends_with('C')) {
                     i += 2;
                 } else if (t.starts_with('-') && t != "-") || is_assignment(t) {
                     i += 1;
@@ -347,26 +402,20 @@ fn unwrap<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Part) -
         "chrt" => skip_positionals(skip_options(rest, "", &[]), 1),
         "taskset" => {
             let after = skip_options(rest, "", &[]);
-            let cpu_list = rest.iter().any(|a| a.text.starts_with('-') && a.text.contains('c'));
-            if cpu_list { after } else { skip_positionals(after, 1) }
+            // The mask or (with -c) the CPU list comes first; with -p a pid, no command.
+            if rest.iter().take_while(|a| a.text.starts_with('-')).any(|a| a.text.contains('p') || a.text == "--pid") {
+                part.add(C::Mutation, "taskset -p changes a running process");
+                return Unwrapped::Done;
+            }
+            skip_positionals(after, 1)
         }
         "stdbuf" => skip_options(rest, "ioe", &["input", "output", "error"]),
         "xargs" => {
             part.add(C::ReadOnly, "");
             let after = skip_options(
                 rest,
-                "IiLlnPdaEs",
-                &[
-                    "replace",
-                    "max-lines",
-                    "max-args",
-                    "max-procs",
-                    "delimiter",
-                    "arg-file",
-                    "eof",
-                    "max-chars",
-                    "process-slot-var",
-                ],
+                "ILnPdaEs",
+                &["max-lines", "max-args", "max-procs", "delimiter", "arg-file", "max-chars", "process-slot-var"],
             );
             if after.is_empty() {
                 return Unwrapped::Done; // xargs alone runs echo
@@ -390,6 +439,23 @@ fn unwrap<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Part) -
             skip_options(rest, "a", &[])
         }
         "busybox" | "toybox" => rest,
+        // Run their command as given; only the way it runs differs.
+        "setarch" | "linux32" | "linux64" => {
+            skip_options(skip_positionals(rest, usize::from(name == "setarch")), "", &[])
+        }
+        "strace" | "ltrace" => skip_options(rest, "eoOpPsSuEXIb", &["output", "trace", "signal", "user", "env"]),
+        "script" => {
+            // `script -c CMD [file]` runs CMD in a shell.
+            if let Some(pos) = rest.iter().position(|a| {
+                a.is("-c")
+                    || a.is("--command")
+                    || (a.text.starts_with('-') && !a.text.starts_with("--") && a.text.ends_with('c'))
+            }) {
+                body(an, rest.get(pos + 1), "script -c", part);
+            }
+            part.add(C::Mutation, "script writes a typescript file");
+            return Unwrapped::Done;
+        }
         "watch" => {
             // `watch` joins its arguments into a shell command, run again and again.
             let after = skip_options(rest, "nd", &["interval", "differences"]);
@@ -397,12 +463,16 @@ fn unwrap<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Part) -
             return Unwrapped::Done;
         }
         "flock" => {
-            let after = skip_options(rest, "wEc", &["timeout", "conflict-exit-code", "command"]);
-            if let Some(pos) = rest.iter().position(|a| a.is("-c") || a.is("--command")) {
-                body(an, rest.get(pos + 1), "flock -c", part);
-                return Unwrapped::Done;
+            // `flock [opts] FILE -c CMD` or `flock [opts] FILE CMD…`: -c counts only
+            // where flock reads it, right after the lock file.
+            let after = skip_options(rest, "wE", &["timeout", "conflict-exit-code"]);
+            match after.get(1) {
+                Some(c) if c.is("-c") || c.is("--command") => {
+                    body(an, after.get(2), "flock -c", part);
+                    return Unwrapped::Done;
+                }
+                _ => skip_positionals(after, 1),
             }
-            skip_positionals(after, 1)
         }
         _ => return Unwrapped::NotAWrapper,
     };

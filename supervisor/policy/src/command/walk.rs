@@ -39,12 +39,20 @@ pub struct Analyzer {
     via: Vec<&'static str>,
     /// Functions defined in this line; calling one runs a body already analysed.
     pub functions: BTreeSet<String>,
+    /// git aliases this line configures (`git config alias.p push && git p`).
+    pub git_aliases: std::collections::BTreeMap<String, String>,
     defining: Vec<String>,
 }
 
 impl Analyzer {
     pub fn analyze(line: &str) -> Vec<Part> {
-        let mut an = Analyzer { parts: Vec::new(), via: Vec::new(), functions: BTreeSet::new(), defining: Vec::new() };
+        let mut an = Analyzer {
+            parts: Vec::new(),
+            via: Vec::new(),
+            functions: BTreeSet::new(),
+            git_aliases: Default::default(),
+            defining: Vec::new(),
+        };
         an.script(line, None);
         an.parts
     }
@@ -196,6 +204,14 @@ impl Analyzer {
             CompoundCommand::BraceGroup(b) => self.list(&b.list),
             CompoundCommand::Subshell(s) => self.list(&s.list),
             CompoundCommand::ForClause(f) => {
+                // `for PS4 in '$(…)'` sets a variable as surely as an assignment does.
+                let mut part = self.new_part(vec![format!("for {}", f.variable_name)]);
+                let unknown = Arg { text: String::new(), literal: false, glob: false, home: false };
+                classify::assignment(self, &f.variable_name, &unknown, &mut part);
+                if !part.classes.is_empty() {
+                    part.effects.insert(Effect::RunCommand);
+                    self.push(part);
+                }
                 for w in f.values.iter().flatten() {
                     self.word(&w.value);
                 }
@@ -266,6 +282,42 @@ impl Analyzer {
         }
     }
 
+    /// Words that bash evaluates again as arithmetic or as a variable name, where an
+    /// array subscript's `$(…)` runs even when the word was quoted: the arguments of
+    /// `let`, `test`, `[`, `read`, `printf -v`, `declare`…, and every assignment's value
+    /// (a later `(( x ))` evaluates it).
+    fn evaluated_words(&mut self, simple: &Simple) {
+        const EVALUATING: &[&str] = &[
+            "let",
+            "test",
+            "[",
+            "read",
+            "printf",
+            "declare",
+            "typeset",
+            "local",
+            "export",
+            "readonly",
+            "mapfile",
+            "readarray",
+            "getopts",
+            "unset",
+            "shift",
+            "return",
+            "exit",
+            "ulimit",
+            "wait",
+            "kill",
+        ];
+        let evaluating = simple.argv.first().is_some_and(|a| EVALUATING.contains(&classify::basename(&a.text)));
+        let args = simple.argv.iter().skip(1).filter(|_| evaluating);
+        let values = simple.assignments.iter().map(|(_, v)| v);
+        let texts: Vec<String> = args.chain(values).filter(|a| a.literal).map(|a| a.text.clone()).collect();
+        for text in texts {
+            self.scan(&text);
+        }
+    }
+
     fn redirect(&mut self, redirect: &IoRedirect, simple: &mut Simple) {
         match redirect {
             IoRedirect::File(_, kind, target) => match target {
@@ -333,9 +385,9 @@ impl Analyzer {
             .chain(command.suffix.iter().flat_map(|s| s.0.iter()).map(Item::Prefix));
         for item in items {
             match item {
-                Item::Name(w) => simple.argv.push(words::analyse(&w.value, &mut subs)),
-                Item::Prefix(CommandPrefixOrSuffixItem::Word(w)) => {
-                    simple.argv.push(words::analyse(&w.value, &mut subs))
+                Item::Name(w) | Item::Prefix(CommandPrefixOrSuffixItem::Word(w)) => {
+                    let arg = words::analyse(&w.value, &mut subs);
+                    simple.argv.extend(words::brace_expand(&w.value, arg));
                 }
                 Item::Prefix(CommandPrefixOrSuffixItem::AssignmentWord(_, w)) => {
                     // `FOO=$(cmd) git push`: the value runs; the name does not.
@@ -363,6 +415,7 @@ impl Analyzer {
         }
         self.substitutions(subs);
         if simple.argv.is_empty() {
+            self.evaluated_words(&simple);
             // Only assignments and redirections: `> file` still writes, `PAGER=…` still
             // chooses what runs later.
             let mut argv: Vec<String> = simple.assignments.iter().map(|(n, v)| format!("{n}={}", v.text)).collect();
@@ -384,6 +437,7 @@ impl Analyzer {
         }
         classify::redirections(&simple, &mut part);
         classify::assignments(self, &simple.assignments, &mut part);
+        self.evaluated_words(&simple);
         classify::simple(self, &simple, &mut part);
         if part.classes.is_empty() && part.effects.is_empty() {
             part.classes.insert(CommandClass::ReadOnly);
@@ -405,12 +459,18 @@ fn test_words(expr: &ExtendedTestExpr, subs: &mut Vec<Substitution>) {
             test_words(b, subs);
         }
         ExtendedTestExpr::Not(a) | ExtendedTestExpr::Parenthesized(a) => test_words(a, subs),
+        // `[[ 'a[$(…)]' -eq 0 ]]` evaluates the subscript even in quotes.
         ExtendedTestExpr::UnaryTest(_, w) => {
-            words::analyse(&w.value, subs);
+            let a = words::analyse(&w.value, subs);
+            words::scan_for_substitutions(&a.text, subs, 0);
         }
         ExtendedTestExpr::BinaryTest(_, a, b) => {
-            words::analyse(&a.value, subs);
-            words::analyse(&b.value, subs);
+            for w in [a, b] {
+                let arg = words::analyse(&w.value, subs);
+                if arg.literal {
+                    words::scan_for_substitutions(&arg.text, subs, 0);
+                }
+            }
         }
     }
 }
@@ -418,10 +478,72 @@ fn test_words(expr: &ExtendedTestExpr, subs: &mut Vec<Substitution>) {
 /// Parses a script; a panic inside the parser (a bug of its, never seen in fuzzing) is
 /// taken as "does not parse" rather than taking the gate down.
 fn parse(text: &str) -> Result<brush_parser::ast::Program, String> {
+    // brush's grammar backtracks exponentially over unclosed parentheses (32 of them
+    // took 90 s in the fuzzer); a line like that is refused before it reaches it.
+    let (depth, unclosed) = paren_nesting(text);
+    if depth > MAX_PAREN_DEPTH || unclosed > MAX_UNCLOSED_PARENS {
+        return Err(format!("parentheses nested {depth} deep ({unclosed} unclosed): too deep to parse"));
+    }
     let options = words::options();
     std::panic::catch_unwind(|| {
         let mut parser = Parser::new(Cursor::new(text.as_bytes()), &options);
         parser.parse_program().map_err(|e| e.to_string())
     })
     .unwrap_or_else(|_| Err("the parser failed on this input".into()))
+}
+
+/// Deeper nesting than this is refused before parsing (real command lines stay far
+/// below; bash itself would take it).
+const MAX_PAREN_DEPTH: usize = 24;
+/// Unclosed parentheses are where the grammar backtracks; a line with more than this
+/// does not parse in bash either.
+const MAX_UNCLOSED_PARENS: usize = 6;
+
+/// The deepest nesting of parentheses outside quotes, and how many stay unclosed.
+fn paren_nesting(text: &str) -> (usize, usize) {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let mut chars = text.chars();
+    let mut double = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' if !double => {
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                }
+            }
+            '"' => double = !double,
+            // Counted in double quotes too: a `$(` there opens shell syntax again, and
+            // counting too many only makes a line opaque.
+            '(' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    (max, depth)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unclosed_parentheses_are_refused_before_the_parser_sees_them() {
+        let started = std::time::Instant::now();
+        let parts = Analyzer::analyze(&format!("{}ls", "((".repeat(40)));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
+        assert!(parts.iter().any(|p| p.notes.iter().any(|n| n.contains("too deep to parse"))), "{parts:?}");
+        assert_eq!(paren_nesting("echo '((((((((' \\( \"(\" $(ls) \"$(a (b))\""), (3, 1));
+        assert_eq!(paren_nesting("((a)"), (2, 1));
+        // Balanced nesting parses (it is fast) up to the limit.
+        let balanced = format!("{}ls{}", "(".repeat(20), ")".repeat(20));
+        assert!(parse(&balanced).is_ok());
+    }
 }

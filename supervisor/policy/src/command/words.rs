@@ -81,8 +81,9 @@ fn fold(
                 arg.text.push_str(t);
             }
             WordPiece::SingleQuotedText(t) => arg.text.push_str(t),
+            // bash ends the string at a NUL: `$'sudo\0'` is sudo.
             WordPiece::AnsiCQuotedText(t) => match ansi_c_decode(t) {
-                Some(decoded) => arg.text.push_str(&decoded),
+                Some(decoded) => arg.text.push_str(decoded.split('\0').next().unwrap_or("")),
                 None => arg.literal = false,
             },
             WordPiece::EscapeSequence(e) => arg.text.push_str(e.strip_prefix('\\').unwrap_or(e)),
@@ -109,6 +110,50 @@ fn fold(
             }
         }
     }
+}
+
+/// Brace expansion, which bash does before anything else: `{sudo,reboot}` is the
+/// two words `sudo reboot`, `/{usr,etc}` is `/usr /etc`. One level of braces in an
+/// unquoted word is expanded; anything fancier (nesting, quotes mixed in) makes the
+/// word dynamic rather than misread. `{1..3}` and a lone `{` stay as they are.
+pub fn brace_expand(raw: &str, arg: Arg) -> Vec<Arg> {
+    let bare = unquoted_skeleton(raw);
+    let (Some(open), Some(close)) = (bare.find('{'), bare.rfind('}')) else { return vec![arg] };
+    if close <= open || !bare[open..close].contains(',') {
+        return vec![arg];
+    }
+    let (Some(open), Some(close)) = (raw.find('{'), raw.rfind('}')) else { return vec![arg] };
+    let inner = &raw[open + 1..close.max(open + 1)];
+    if close <= open || !inner.contains(',') {
+        return vec![arg];
+    }
+    if !arg.literal || raw.contains(['\'', '"', '\\', '$', '`']) || inner.contains(['{', '}']) {
+        return vec![Arg { literal: false, ..arg }];
+    }
+    let (head, tail) = (&raw[..open], &raw[close + 1..]);
+    inner.split(',').map(|alt| Arg { text: format!("{head}{alt}{tail}"), ..arg.clone() }).collect()
+}
+
+/// The word without its quoted parts and escaped characters: what bash expands.
+fn unquoted_skeleton(raw: &str) -> String {
+    let mut out = String::new();
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' | '"' => {
+                for q in chars.by_ref() {
+                    if q == c {
+                        break;
+                    }
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Decodes the inside of `$'…'` the way bash does (`$'\x72m'` is `rm`); None for an
@@ -237,6 +282,20 @@ mod tests {
         assert_eq!(arg("$'a\\tb'").0.text, "a\tb");
         assert!(arg("$'\\x72m'").0.literal);
         assert!(!arg("$'\\q'").0.literal);
+    }
+
+    #[test]
+    fn braces_expand_into_words() {
+        let expand =
+            |raw: &str| brace_expand(raw, arg(raw).0).into_iter().map(|a| (a.text, a.literal)).collect::<Vec<_>>();
+        assert_eq!(expand("{sudo,reboot}"), vec![("sudo".into(), true), ("reboot".into(), true)]);
+        assert_eq!(expand("/{usr,etc}"), vec![("/usr".into(), true), ("/etc".into(), true)]);
+        assert_eq!(expand("{a}"), vec![("{a}".into(), true)]);
+        assert_eq!(expand("x"), vec![("x".into(), true)]);
+        assert!(!expand("{a,{b,c}}")[0].1);
+        assert!(!expand("'a'{b,c}")[0].1);
+        assert_eq!(expand("'{print $1,$2}'"), vec![("{print $1,$2}".into(), true)]);
+        assert_eq!(arg("$'sudo\\0x'").0.text, "sudo");
     }
 
     #[test]

@@ -135,7 +135,16 @@ pub fn git(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
     let rest = &args[i + 1..];
     // `git -c alias.p=push p`: the alias's words stand for the subcommand (a `!`
     // alias is a shell command, analysed with the other overrides).
-    if let Some((_, value)) = aliases.iter().find(|(name, _)| *name == sub.text.to_ascii_lowercase()) {
+    let lower = sub.text.to_ascii_lowercase();
+    let alias = aliases
+        .iter()
+        .find(|(name, _)| *name == lower)
+        .map(|(_, v)| v.clone())
+        .or_else(|| an.git_aliases.get(&lower).cloned());
+    if let Some(value) = alias {
+        if let Some(script) = value.strip_prefix('!') {
+            an.script(script, Some("git alias"));
+        }
         if !value.starts_with('!') {
             let mut expanded: Vec<Arg> = value
                 .split_whitespace()
@@ -173,22 +182,36 @@ fn config_override(an: &mut Analyzer, value: Option<&Arg>, part: &mut Part) {
 fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
     let positional: Vec<&str> = rest.iter().filter(|a| !a.text.starts_with('-')).map(|a| a.text.as_str()).collect();
     let has = |flag: &str| rest.iter().any(|a| a.text == flag);
+    // Any subcommand: options that name a program for git to run, local or remote.
+    if rest.iter().any(|a| {
+        a.text.starts_with("--upload-pack")
+            || a.text.starts_with("--receive-pack")
+            || a.text.starts_with("--exec")
+            || (a.text == "-u" && sub == "ls-remote")
+    }) {
+        part.add(C::Opaque, format!("git {sub} runs the program it is given"));
+    }
     match sub {
-        "push" => push(rest, part),
+        "push" | "send-pack" => push(rest, part),
+        "subtree" | "lfs" if positional.first() == Some(&"push") => {
+            let after = rest.iter().position(|a| a.text == "push").map_or(rest.len(), |p| p + 1);
+            push(&rest[after..], part)
+        }
         _ if CREATES_COMMITS.contains(&sub) => {
             part.add(C::Mutation, format!("git {sub}"));
             part.effects.insert(E::CreateCommit);
         }
         _ if READ_ONLY.contains(&sub) => {
-            if rest.iter().any(|a| a.text.starts_with("--output")) {
+            // Long options by any unambiguous prefix (`--open-files` is `--open-files-in-pager`).
+            let long = |a: &Arg, full: &str, min: usize| {
+                let l = a.text.split('=').next().unwrap_or("");
+                l.len() >= min && full.starts_with(l)
+            };
+            if rest.iter().any(|a| long(a, "--output", 5)) {
                 part.add(C::Mutation, format!("git {sub} --output writes a file"));
-            } else if rest.iter().any(|a| {
-                a.text == "-O"
-                    || a.text.starts_with("--open-files-in-pager")
-                    || (sub == "grep" && a.text.starts_with("-O"))
-            }) {
+            } else if rest.iter().any(|a| a.text.starts_with("-O") || long(a, "--open-files-in-pager", 4)) {
                 part.add(C::Opaque, format!("git {sub} -O runs the program it is given"));
-            } else if rest.iter().any(|a| a.text == "--ext-diff" || a.text.starts_with("--textconv")) {
+            } else if rest.iter().any(|a| long(a, "--ext-diff", 5) || a.text.starts_with("--textconv")) {
                 part.add(C::Opaque, format!("git {sub} runs the configured diff program"));
             } else {
                 part.add(C::ReadOnly, "");
@@ -214,6 +237,7 @@ fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
                         | "--edit-description"
                         | "--track"
                 ) || a.text.starts_with("--set-upstream-to=")
+                    || (a.text.starts_with("-u") && a.text.len() > 2)
             });
             let lists = rest.iter().any(|a| {
                 matches!(
@@ -250,9 +274,19 @@ fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
             Some(verb) => part.add(C::Mutation, format!("git remote {verb}")),
         },
         "config" => {
+            // `git config [--global] alias.p push`: later in the line, `git p` is a push.
+            let words: Vec<&Arg> = rest.iter().filter(|a| !a.text.starts_with('-')).collect();
+            let words: Vec<&Arg> =
+                if words.first().is_some_and(|w| w.text == "set") { words[1..].to_vec() } else { words };
+            if let [key, value, ..] = words.as_slice()
+                && let Some(name) = key.text.to_ascii_lowercase().strip_prefix("alias.")
+            {
+                an.git_aliases.insert(name.to_owned(), value.text.clone());
+            }
             let reads = rest.iter().any(|a| a.text.starts_with("--get") || matches!(a.text.as_str(), "-l" | "--list"))
                 || matches!(positional.first(), Some(&"get") | Some(&"list"))
                 || (positional.len() == 1
+                    && !matches!(positional[0], "edit" | "set" | "unset" | "rename-section" | "remove-section")
                     && !rest.iter().any(|a| {
                         matches!(
                             a.text.as_str(),
@@ -290,7 +324,10 @@ fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
         },
         "archive" | "format-patch" | "bundle" => {
             if has("--stdout")
-                || (sub == "archive" && !rest.iter().any(|a| a.text.starts_with("--output") || a.text == "-o"))
+                || (sub == "archive"
+                    && !rest.iter().any(|a| {
+                        a.text.starts_with("--output") || a.text.starts_with("-o") || a.text.starts_with("--remote")
+                    }))
             {
                 part.add(C::ReadOnly, "");
             } else {
@@ -327,6 +364,10 @@ fn push(rest: &[Arg], part: &mut Part) {
                 dry_run = true;
                 i += 1;
             }
+            "--no-dry-run" => {
+                dry_run = false;
+                i += 1;
+            }
             "--all" | "--mirror" | "--branches" => {
                 part.scope.refs_unknown = true;
                 i += 1;
@@ -356,6 +397,16 @@ fn push(rest: &[Arg], part: &mut Part) {
         }
         let s = spec.text.trim_start_matches('+');
         let dst = s.rsplit_once(':').map_or(s, |(_, d)| d);
+        // git reads `heads/main` as refs/heads/main and `tags/v1` as refs/tags/v1.
+        let full;
+        let dst = if let Some(b) = dst.strip_prefix("heads/") {
+            b
+        } else if let Some(t) = dst.strip_prefix("tags/") {
+            full = format!("refs/tags/{t}");
+            full.as_str()
+        } else {
+            dst
+        };
         if dst.is_empty() || dst == "HEAD" || dst.contains(['*', '@']) {
             part.scope.refs_unknown = true;
         } else {

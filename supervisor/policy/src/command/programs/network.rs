@@ -278,8 +278,13 @@ pub fn gh(args: &[Arg], part: &mut Part) {
                         .map(str::to_ascii_uppercase)
                 })
             });
+            // gh switches to POST when given fields, attached (`-ftitle=x`) or not.
             let fields = args.iter().any(|a| {
-                matches!(a.text.as_str(), "-f" | "-F" | "--field" | "--raw-field" | "--input")
+                a.text.starts_with("-f")
+                    || a.text.starts_with("-F")
+                    || a.text.starts_with("--field")
+                    || a.text.starts_with("--raw-field")
+                    || a.text.starts_with("--input")
                     || a.text.starts_with("--field=")
                     || a.text.starts_with("--raw-field=")
             });
@@ -308,7 +313,29 @@ pub fn gh(args: &[Arg], part: &mut Part) {
 
 /// docker, podman, nerdctl: flags that hand the container the host are an escape.
 pub fn container(name: &str, args: &[Arg], part: &mut Part) {
-    let verb = args.iter().find(|a| !a.text.starts_with('-')).map(|a| a.text.as_str()).unwrap_or("");
+    // Global options that take a value come before the verb (`--context default run`).
+    let verb = skip_options(
+        args,
+        "Hcl",
+        &[
+            "context",
+            "host",
+            "config",
+            "log-level",
+            "tlscacert",
+            "tlscert",
+            "tlskey",
+            "url",
+            "connection",
+            "root",
+            "runroot",
+            "storage-driver",
+            "cgroup-manager",
+        ],
+    )
+    .first()
+    .map(|a| a.text.as_str())
+    .unwrap_or("");
     match verb {
         "push" => {
             part.add(C::RemoteMutation, format!("{name} push publishes an image"));
@@ -335,19 +362,42 @@ pub fn container(name: &str, args: &[Arg], part: &mut Part) {
                         .or_else(|| t.strip_prefix("--mount="))
                         .or_else(|| t.strip_prefix("-v")),
                 };
+                // `-v SRC:DST` or `--mount k=v,…` with source= anywhere among the keys.
                 let host_path = mount.map(|m| {
-                    let m = m.strip_prefix("type=bind,").unwrap_or(m);
-                    let m = m.strip_prefix("source=").or_else(|| m.strip_prefix("src=")).unwrap_or(m);
-                    m.split([':', ',']).next().unwrap_or("").to_owned()
+                    let keyed =
+                        m.split(',').find_map(|kv| kv.strip_prefix("source=").or_else(|| kv.strip_prefix("src=")));
+                    match keyed {
+                        Some(src) => src.to_owned(),
+                        None if m.contains('=') => String::new(),
+                        None => m.split(':').next().unwrap_or("").to_owned(),
+                    }
                 });
+                let host_dir = |p: &str| {
+                    let p = super::super::classify::normalize(p);
+                    super::is_system_dir(&p)
+                        || p.ends_with(".sock")
+                        || [
+                            "/var/run",
+                            "/run",
+                            "/var/lib/docker",
+                            "/proc",
+                            "/sys",
+                            "/dev",
+                            "/etc",
+                            "/root",
+                            "/home",
+                            "/boot",
+                        ]
+                        .iter()
+                        .any(|d| p == *d || p.starts_with(&format!("{d}/")))
+                };
                 let escapes = host_flags.contains(&t)
+                    || t.starts_with("--privileged")
                     || t.starts_with("--cap-add")
                     || t.starts_with("--security-opt")
                     || t.starts_with("--device")
                     || matches!((t, next), ("--pid" | "--net" | "--network" | "--ipc" | "--uts" | "--userns", "host"))
-                    || host_path.as_deref().is_some_and(|p| {
-                        super::is_system_dir(p) || p.ends_with("docker.sock") || p.ends_with("podman.sock")
-                    });
+                    || host_path.as_deref().is_some_and(host_dir);
                 if escapes {
                     part.add(C::NamespaceEscape, format!("{name} {t} gives the container the host"));
                 }

@@ -77,13 +77,59 @@ pub fn pip(rest: &[Arg], part: &mut Part) {
     }
 }
 
-/// The first word that is not an option.
+/// Options package managers take before their verb, with a value.
+const VALUE_OPTIONS: &[&str] = &[
+    "--prefix",
+    "-C",
+    "--cwd",
+    "--dir",
+    "--workspace",
+    "-w",
+    "--filter",
+    "-F",
+    "--registry",
+    "--manifest-path",
+    "-Z",
+    "--config",
+    "--cache",
+    "--userconfig",
+    "--globalconfig",
+    "--color",
+    "--loglevel",
+    "--target-dir",
+    "--index-url",
+    "-i",
+    "--python",
+    "-p",
+    "--directory",
+    "--project",
+];
+
+/// The words that are neither options nor their values, nor `+toolchain`.
+fn operands(args: &[Arg]) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        let t = a.text.as_str();
+        if VALUE_OPTIONS.contains(&t) {
+            i += 2;
+            continue;
+        }
+        if !t.starts_with('-') && !t.starts_with('+') {
+            out.push(t);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The first operand: the verb.
 fn verb(args: &[Arg]) -> &str {
-    args.iter().find(|a| !a.text.starts_with('-')).map(|a| a.text.as_str()).unwrap_or("")
+    operands(args).first().copied().unwrap_or("")
 }
 
 fn second_verb(args: &[Arg]) -> &str {
-    args.iter().filter(|a| !a.text.starts_with('-')).nth(1).map(|a| a.text.as_str()).unwrap_or("")
+    operands(args).get(1).copied().unwrap_or("")
 }
 
 pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
@@ -92,8 +138,13 @@ pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
     match name {
         "npm" | "pnpm" | "yarn" | "bun" => match v {
             "" if name == "yarn" => install(part, "yarn installs dependencies".into()),
-            "install" | "i" | "in" | "ins" | "inst" | "isntall" | "add" | "ci" | "update" | "up" | "upgrade"
-            | "dlx" | "x" | "exec" => install(part, format!("{name} {v}")),
+            "install" | "i" | "in" | "ins" | "inst" | "insta" | "instal" | "isnt" | "isnta" | "isntal" | "isntall"
+            | "add" | "ci" | "clean-install" | "ic" | "install-clean" | "isntall-clean" | "it" | "cit"
+            | "install-test" | "install-ci-test" | "update" | "up" | "upgrade" | "udpate" | "dlx" | "x" | "exec"
+            | "link" | "ln" => install(part, format!("{name} {v}")),
+            "global" if matches!(second_verb(args), "add" | "upgrade" | "install") => {
+                install(part, format!("{name} global"))
+            }
             "publish" | "unpublish" | "deprecate" | "dist-tag" | "owner" | "access" | "team" | "star" => {
                 publish(part, format!("{name} {v}"))
             }
@@ -144,7 +195,7 @@ pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
             _ => part.add(C::Mutation, format!("go {v} builds or runs project code")),
         },
         "gem" => match v {
-            "install" | "update" => install(part, format!("gem {v}")),
+            "install" | "i" | "update" => install(part, format!("gem {v}")),
             "push" | "yank" | "owner" => publish(part, format!("gem {v}")),
             "list" | "search" | "info" | "query" | "specification" | "contents" | "env" | "" => read_only(part),
             _ => part.add(C::Mutation, format!("gem {v}")),
