@@ -484,12 +484,33 @@ fn parse(text: &str) -> Result<brush_parser::ast::Program, String> {
     if depth > MAX_PAREN_DEPTH || unclosed > MAX_UNCLOSED_PARENS {
         return Err(format!("parentheses nested {depth} deep ({unclosed} unclosed): too deep to parse"));
     }
+    // brush unwraps the parse of a descriptor number before `<` or `>` (`99999999999>f`
+    // panics on overflow): such a line is refused here instead.
+    if has_oversized_fd_number(text) {
+        return Err("a file descriptor number too large for a redirection".into());
+    }
     let options = words::options();
     std::panic::catch_unwind(|| {
         let mut parser = Parser::new(Cursor::new(text.as_bytes()), &options);
         parser.parse_program().map_err(|e| e.to_string())
     })
     .unwrap_or_else(|_| Err("the parser failed on this input".into()))
+}
+
+/// A run of more than nine digits right before `<` or `>`: more than an i32 holds.
+fn has_oversized_fd_number(text: &str) -> bool {
+    let mut digits = 0usize;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            digits += 1;
+        } else {
+            if (c == '<' || c == '>') && digits > 9 {
+                return true;
+            }
+            digits = 0;
+        }
+    }
+    false
 }
 
 /// Deeper nesting than this is refused before parsing (real command lines stay far
@@ -542,6 +563,10 @@ mod tests {
         assert!(parts.iter().any(|p| p.notes.iter().any(|n| n.contains("too deep to parse"))), "{parts:?}");
         assert_eq!(paren_nesting("echo '((((((((' \\( \"(\" $(ls) \"$(a (b))\""), (3, 1));
         assert_eq!(paren_nesting("((a)"), (2, 1));
+        assert!(has_oversized_fd_number("cc<&c<&e&(<$4e$$ee&(2222222222222222222222<$4e$$e"));
+        assert!(!has_oversized_fd_number("echo 123456789> f 2>&1"));
+        let parts = Analyzer::analyze("ls 99999999999>f");
+        assert!(parts.iter().any(|p| p.notes.iter().any(|n| n.contains("descriptor number"))), "{parts:?}");
         // Balanced nesting parses (it is fast) up to the limit.
         let balanced = format!("{}ls{}", "(".repeat(20), ")".repeat(20));
         assert!(parse(&balanced).is_ok());
