@@ -1,6 +1,8 @@
 //! cc-runner: one per agent execution; it will host the harness tools. For now it serves health
-//! and its status.
+//! and its status; [`confine`] is the path confinement the file tools are built on.
 #![forbid(unsafe_code)]
+
+pub mod confine;
 
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
