@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod confine;
+pub mod files;
 
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
