@@ -5,14 +5,9 @@ use cc_policy::Mode;
 use cc_policy::command::check;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-fn corpus() -> Vec<String> {
-    include_str!("../../supervisor/policy/tests/corpus.txt")
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.splitn(3, ' ').nth(2))
-        .map(|l| l.replace("\\n", "\n"))
-        .collect()
-}
+#[path = "../src/corpus.rs"]
+mod corpus;
+use corpus::corpus;
 
 fn classify(c: &mut Criterion) {
     let lines = corpus();

@@ -8,17 +8,8 @@ use cc_policy::command::check;
 use cc_proto::common::v1 as common;
 use cc_proto::supervisor::v1 as pb;
 
+use crate::corpus::corpus;
 use crate::{report, start, stats};
-
-/// The corpus the tests use: one command line per entry.
-pub fn corpus() -> Vec<String> {
-    include_str!("../../supervisor/policy/tests/corpus.txt")
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.splitn(3, ' ').nth(2))
-        .map(|l| l.replace("\\n", "\n"))
-        .collect()
-}
 
 pub fn run() -> anyhow::Result<()> {
     classification();

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use cc_proto::supervisor::v1 as pb;
 
+mod corpus;
 mod gate;
 mod sandbox;
 

@@ -45,6 +45,15 @@ async fn decide(sup: &Supervisor, action: pb::Action) -> pb::DecideResponse {
     gate(sup).await.decide(pb::DecideRequest { action: Some(action) }).await.expect("decide").into_inner()
 }
 
+/// Asks the gate from a task of its own, so that the test can answer meanwhile.
+fn spawn_decide(sup: &Supervisor, summary: &str) -> tokio::task::JoinHandle<pb::DecideResponse> {
+    let (socket, action) = (sup.api_socket(), install_action(summary));
+    tokio::spawn(async move {
+        let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
+        gate.decide(pb::DecideRequest { action: Some(action) }).await.unwrap().into_inner()
+    })
+}
+
 /// An approver speaking the wire protocol directly: questions in, answers out.
 struct Approver {
     answers: mpsc::Sender<pb::ApprovalAnswer>,
@@ -115,16 +124,7 @@ async fn an_approver_answers_allow_and_deny_and_is_named_in_the_decision() {
     let (_tmp, sup) = with_rules("", 300_000);
     let mut approver = Approver::connect(&sup, "alice").await;
     for (answer, want) in [(Decision::Allow, Decision::Allow), (Decision::Deny, Decision::Deny)] {
-        let asking = {
-            let socket = sup.api_socket();
-            tokio::spawn(async move {
-                let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
-                gate.decide(pb::DecideRequest { action: Some(install_action("pip install x")) })
-                    .await
-                    .unwrap()
-                    .into_inner()
-            })
-        };
+        let asking = spawn_decide(&sup, "pip install x");
         let q = approver.question().await;
         assert_eq!(q.action.as_ref().unwrap().summary, "pip install x");
         assert!(q.deadline_unix_ms > q.asked_unix_ms);
@@ -146,16 +146,7 @@ async fn an_unanswered_ask_times_out_as_a_deny() {
     let (_tmp, sup) = with_rules("", 300);
     let mut approver = Approver::connect(&sup, "sleepy").await;
     let started = Instant::now();
-    let asking = {
-        let socket = sup.api_socket();
-        tokio::spawn(async move {
-            let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
-            gate.decide(pb::DecideRequest { action: Some(install_action("cargo install x")) })
-                .await
-                .unwrap()
-                .into_inner()
-        })
-    };
+    let asking = spawn_decide(&sup, "cargo install x");
     let q = approver.question().await;
     let reply = asking.await.unwrap();
     assert!(started.elapsed() >= Duration::from_millis(300));
@@ -165,13 +156,7 @@ async fn an_unanswered_ask_times_out_as_a_deny() {
     assert_eq!((resolved.id, resolved.decision), (q.id.clone(), Decision::Deny as i32));
     // A late answer changes nothing, and the approver is still registered.
     approver.answer(&q.id, Decision::Allow).await;
-    let again = {
-        let socket = sup.api_socket();
-        tokio::spawn(async move {
-            let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
-            gate.decide(pb::DecideRequest { action: Some(install_action("second")) }).await.unwrap().into_inner()
-        })
-    };
+    let again = spawn_decide(&sup, "second");
     let q2 = approver.question().await;
     assert_ne!(q2.id, q.id);
     approver.answer(&q2.id, Decision::Allow).await;
@@ -183,13 +168,7 @@ async fn two_approvers_the_first_answer_wins_and_the_other_sees_it_resolved() {
     let (_tmp, sup) = with_rules("", 300_000);
     let mut first = Approver::connect(&sup, "first").await;
     let mut second = Approver::connect(&sup, "second").await;
-    let asking = {
-        let socket = sup.api_socket();
-        tokio::spawn(async move {
-            let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
-            gate.decide(pb::DecideRequest { action: Some(install_action("yarn add x")) }).await.unwrap().into_inner()
-        })
-    };
+    let asking = spawn_decide(&sup, "yarn add x");
     let q1 = first.question().await;
     let q2 = second.question().await;
     assert_eq!(q1.id, q2.id);
@@ -211,13 +190,7 @@ async fn a_question_outlives_one_of_two_approvers_and_goes_to_the_other() {
     let (_tmp, sup) = with_rules("", 300_000);
     let mut leaving = Approver::connect(&sup, "leaving").await;
     let mut staying = Approver::connect(&sup, "staying").await;
-    let asking = {
-        let socket = sup.api_socket();
-        tokio::spawn(async move {
-            let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
-            gate.decide(pb::DecideRequest { action: Some(install_action("gem install x")) }).await.unwrap().into_inner()
-        })
-    };
+    let asking = spawn_decide(&sup, "gem install x");
     let q = leaving.question().await;
     drop(leaving);
     let q2 = staying.question().await;
@@ -258,13 +231,7 @@ async fn ccctl_answers_for_scripts_and_an_approver_killed_mid_question_is_a_deny
 
     // An interactive approver that is killed while the question is on its screen.
     let (mut interactive, mut out) = spawn_watcher(&sup, &[]);
-    let asking = {
-        let socket = sup.api_socket();
-        tokio::spawn(async move {
-            let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
-            gate.decide(pb::DecideRequest { action: Some(install_action("apt install x")) }).await.unwrap().into_inner()
-        })
-    };
+    let asking = spawn_decide(&sup, "apt install x");
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert!(line.contains("apt install x"), "{line:?}");

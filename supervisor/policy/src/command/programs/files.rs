@@ -28,18 +28,9 @@ pub fn is_system_dir(path: &str) -> bool {
     if !path.starts_with('/') {
         return false;
     }
-    let mut parts: Vec<&str> = Vec::new();
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            "*" | ".*" => {}
-            other => parts.push(other),
-        }
-    }
-    let normal = format!("/{}", parts.join("/"));
+    // `/*` and `/.*` name what is in a directory: for this question, the directory.
+    let without_globs: Vec<&str> = path.split('/').filter(|c| *c != "*" && *c != ".*").collect();
+    let normal = super::super::classify::normalize(&without_globs.join("/"));
     SYSTEM_DIRS.contains(&normal.as_str())
 }
 
