@@ -199,7 +199,7 @@ impl Roots {
             return Err(ConfineError::refused(path, "this root is read-only for the run"));
         }
         let (parent_rel, name) = split_last(path, &rel)?;
-        let parent = self.open_parent(root, path, &parent_rel)?;
+        let parent = self.open_parent(root, path, &parent_rel, true)?;
         // Judge the directory actually opened, by its real path, not the spelling.
         let real = real_path(&parent).map_err(|e| ConfineError::io(path, e))?;
         let inside = real.strip_prefix(&root.real).map(Path::to_owned).unwrap_or_default();
@@ -231,9 +231,29 @@ impl Roots {
         })
     }
 
+    /// Removes a file (or a symlink, never what it points to) beneath a writable root.
+    pub fn remove(&self, path: &Path) -> Result<(), ConfineError> {
+        let (root, rel) = self.locate(path)?;
+        if !root.writable {
+            return Err(ConfineError::refused(path, "this root is read-only for the run"));
+        }
+        let (parent_rel, name) = split_last(path, &rel)?;
+        let parent = self.open_parent(root, path, &parent_rel, false)?;
+        let real = real_path(&parent).map_err(|e| ConfineError::io(path, e))?;
+        let inside = real.strip_prefix(&root.real).map(Path::to_owned).unwrap_or_default();
+        if let Some(why) = protected(&inside.join(name)) {
+            return Err(ConfineError::refused(path, why));
+        }
+        match fstatat(parent.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if is(&st, SFlag::S_IFDIR) => Err(ConfineError::refused(path, "is a directory")),
+            Ok(_) => unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(|e| ConfineError::io(path, e)),
+            Err(e) => Err(ConfineError::io(path, e)),
+        }
+    }
+
     /// Opens (creating as needed) the parent directory, one component at a time, each
     /// beneath the last: a component that is a symlink is refused, not followed.
-    fn open_parent(&self, root: &Root, path: &Path, parent: &Path) -> Result<OwnedFd, ConfineError> {
+    fn open_parent(&self, root: &Root, path: &Path, parent: &Path, create: bool) -> Result<OwnedFd, ConfineError> {
         let dir_how = || OpenHow::new().flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC).resolve(BENEATH);
         let mut current = openat2(root.dir.as_fd(), ".", dir_how()).map_err(|e| Self::resolve_error(path, e))?;
         for component in parent.components() {
@@ -248,7 +268,7 @@ impl Roots {
             let how = dir_how().resolve(BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
             current = match openat2(current.as_fd(), name, how) {
                 Ok(fd) => fd,
-                Err(Errno::ENOENT) => {
+                Err(Errno::ENOENT) if create => {
                     match mkdirat(current.as_fd(), name, Mode::from_bits_truncate(0o755)) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(ConfineError::io(path, e)),

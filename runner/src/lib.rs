@@ -4,6 +4,7 @@
 
 pub mod confine;
 pub mod files;
+pub mod patch;
 
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
