@@ -64,8 +64,8 @@ pub fn apply_patch(roots: &Roots, text: &str) -> Result<Vec<Change>, ToolError> 
     for piece in pieces {
         let patch =
             diffy::Patch::from_str(piece).map_err(|e| ToolError::Failed(format!("the patch does not parse: {e}")))?;
-        let old = patch.original().and_then(|n| file_name(n));
-        let new = patch.modified().and_then(|n| file_name(n));
+        let old = patch.original().and_then(file_name);
+        let new = patch.modified().and_then(file_name);
         let Some(path) = new.clone().or_else(|| old.clone()) else {
             return Err(ToolError::Failed("a file in the patch names neither an old nor a new file".into()));
         };
