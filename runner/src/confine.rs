@@ -251,6 +251,13 @@ impl Roots {
         }
     }
 
+    /// Opens a directory for listing, beneath its root.
+    pub fn open_dir(&self, path: &Path) -> Result<OwnedFd, ConfineError> {
+        let (root, rel) = self.locate(path)?;
+        let how = OpenHow::new().flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC).resolve(BENEATH);
+        openat2(root.dir.as_fd(), &rel, how).map_err(|e| Self::resolve_error(path, e))
+    }
+
     /// Opens (creating as needed) the parent directory, one component at a time, each
     /// beneath the last: a component that is a symlink is refused, not followed.
     fn open_parent(&self, root: &Root, path: &Path, parent: &Path, create: bool) -> Result<OwnedFd, ConfineError> {
@@ -280,6 +287,16 @@ impl Roots {
         }
         Ok(current)
     }
+}
+
+/// Opens a subdirectory (for listing) or a regular file of an open directory, by a
+/// single name and following no link at all: what a walk uses.
+pub fn open_child(dir: &OwnedFd, name: &OsStr, directory: bool) -> Result<OwnedFd, Errno> {
+    let kind = if directory { OFlag::O_DIRECTORY } else { OFlag::O_NONBLOCK | OFlag::O_NOCTTY };
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | kind)
+        .resolve(BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    openat2(dir.as_fd(), name, how)
 }
 
 fn is(stat: &FileStat, kind: SFlag) -> bool {

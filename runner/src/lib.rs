@@ -5,6 +5,8 @@
 pub mod confine;
 pub mod files;
 pub mod patch;
+pub mod search;
+pub mod walk;
 
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
