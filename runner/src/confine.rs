@@ -194,18 +194,8 @@ impl Roots {
     /// Replaces (or creates) a file with `content`, creating missing parent directories
     /// beneath the root. All or nothing: the old content stays until the rename.
     pub fn write(&self, path: &Path, content: &[u8]) -> Result<(), ConfineError> {
-        let (root, rel) = self.locate(path)?;
-        if !root.writable {
-            return Err(ConfineError::refused(path, "this root is read-only for the run"));
-        }
-        let (parent_rel, name) = split_last(path, &rel)?;
-        let parent = self.open_parent(root, path, &parent_rel, true)?;
-        // Judge the directory actually opened, by its real path, not the spelling.
-        let real = real_path(&parent).map_err(|e| ConfineError::io(path, e))?;
-        let inside = real.strip_prefix(&root.real).map(Path::to_owned).unwrap_or_default();
-        if let Some(why) = protected(&inside.join(name)) {
-            return Err(ConfineError::refused(path, why));
-        }
+        let (parent, name) = self.entry_to_change(path, true)?;
+        let name = name.as_os_str();
         let mode = match fstatat(parent.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if is(&st, SFlag::S_IFLNK) => {
                 return Err(ConfineError::refused(path, "is a symlink: the tools do not write through links"));
@@ -233,22 +223,32 @@ impl Roots {
 
     /// Removes a file (or a symlink, never what it points to) beneath a writable root.
     pub fn remove(&self, path: &Path) -> Result<(), ConfineError> {
-        let (root, rel) = self.locate(path)?;
-        if !root.writable {
-            return Err(ConfineError::refused(path, "this root is read-only for the run"));
-        }
-        let (parent_rel, name) = split_last(path, &rel)?;
-        let parent = self.open_parent(root, path, &parent_rel, false)?;
-        let real = real_path(&parent).map_err(|e| ConfineError::io(path, e))?;
-        let inside = real.strip_prefix(&root.real).map(Path::to_owned).unwrap_or_default();
-        if let Some(why) = protected(&inside.join(name)) {
-            return Err(ConfineError::refused(path, why));
-        }
+        let (parent, name) = self.entry_to_change(path, false)?;
+        let name = name.as_os_str();
         match fstatat(parent.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if is(&st, SFlag::S_IFDIR) => Err(ConfineError::refused(path, "is a directory")),
             Ok(_) => unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(|e| ConfineError::io(path, e)),
             Err(e) => Err(ConfineError::io(path, e)),
         }
+    }
+
+    /// The directory entry a write or a removal changes: its parent, opened beneath a
+    /// writable root (created when `create`), and its name, refused when the entry is
+    /// one of git's protected paths.
+    fn entry_to_change(&self, path: &Path, create: bool) -> Result<(OwnedFd, std::ffi::OsString), ConfineError> {
+        let (root, rel) = self.locate(path)?;
+        if !root.writable {
+            return Err(ConfineError::refused(path, "this root is read-only for the run"));
+        }
+        let (parent_rel, name) = split_last(path, &rel)?;
+        let parent = self.open_parent(root, path, &parent_rel, create)?;
+        // Judge the directory actually opened, by its real path, not the spelling.
+        let real = real_path(&parent).map_err(|e| ConfineError::io(path, e))?;
+        let inside = real.strip_prefix(&root.real).map(Path::to_owned).unwrap_or_default();
+        if let Some(why) = protected(&inside.join(name)) {
+            return Err(ConfineError::refused(path, why));
+        }
+        Ok((parent, name.to_owned()))
     }
 
     /// Opens a directory for listing, beneath its root.
@@ -324,6 +324,16 @@ fn temp_name(name: &OsStr) -> PathBuf {
     t.push(name);
     t.push(format!(".cc-{}-{n}.tmp", std::process::id()));
     PathBuf::from(t)
+}
+
+/// A temporary directory with a writable `work/` root, for the tools' tests.
+#[cfg(test)]
+pub(crate) fn work_roots() -> (tempfile::TempDir, PathBuf, Roots) {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let roots = Roots::open(vec![(work.clone(), true)]).unwrap();
+    (tmp, work, roots)
 }
 
 #[cfg(test)]

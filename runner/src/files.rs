@@ -99,15 +99,7 @@ pub fn edit(roots: &Roots, path: &Path, old: &str, new: &str) -> Result<(), Tool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
-
-    fn roots() -> (tempfile::TempDir, PathBuf, Roots) {
-        let tmp = tempfile::tempdir().unwrap();
-        let work = tmp.path().join("work");
-        std::fs::create_dir(&work).unwrap();
-        let roots = Roots::open(vec![(work.clone(), true)]).unwrap();
-        (tmp, work, roots)
-    }
+    use crate::confine::work_roots as roots;
 
     #[test]
     fn read_returns_windows_of_lines_and_describes_binaries() {

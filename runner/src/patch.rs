@@ -128,11 +128,8 @@ mod tests {
     use super::*;
 
     fn roots() -> (tempfile::TempDir, PathBuf, Roots) {
-        let tmp = tempfile::tempdir().unwrap();
-        let work = tmp.path().join("work");
-        std::fs::create_dir(&work).unwrap();
+        let (tmp, work, roots) = crate::confine::work_roots();
         std::fs::write(tmp.path().join("outside"), "keep\n").unwrap();
-        let roots = Roots::open(vec![(work.clone(), true)]).unwrap();
         (tmp, work, roots)
     }
 

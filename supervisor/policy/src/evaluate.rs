@@ -146,6 +146,17 @@ pub fn judge_effect(effect: Effect, scope: &Scope, mode: Mode, rules: &[&Rule]) 
     }
 }
 
+/// The shipped default of an effect class whatever the scope: its most restrictive
+/// decision, and the rule in words (`ccctl policy show`).
+pub fn default_summary(effect: Effect) -> (Decision, String) {
+    match effect {
+        Effect::PushRemote => {
+            (Decision::Ask, "ask for the default branch or an unnamed one; allow for other branches".into())
+        }
+        other => default_for(other, &Scope::default()),
+    }
+}
+
 /// The shipped defaults (documented in the README).
 pub fn default_for(effect: Effect, scope: &Scope) -> (Decision, String) {
     match effect {

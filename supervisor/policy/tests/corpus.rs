@@ -3,25 +3,9 @@
 
 use cc_policy::{Action, Decision, Effect, Mode, evaluate};
 
-pub fn corpus() -> Vec<(Decision, Decision, String)> {
-    let letter = |c: &str| match c {
-        "a" => Decision::Allow,
-        "k" => Decision::Ask,
-        "d" => Decision::Deny,
-        other => panic!("corpus: bad decision letter {other:?}"),
-    };
-    include_str!("corpus.txt")
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let mut it = l.splitn(3, ' ');
-            let chat = letter(it.next().unwrap());
-            let read_only = letter(it.next().unwrap());
-            let line = it.next().expect("corpus: a line needs two letters and a command").replace("\\n", "\n");
-            (chat, read_only, line)
-        })
-        .collect()
-}
+mod common;
+
+use common::corpus;
 
 fn decide(line: &str, mode: Mode) -> (Decision, String) {
     let action = Action {

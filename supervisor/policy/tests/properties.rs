@@ -5,13 +5,9 @@ use cc_policy::command::check;
 use cc_policy::{Decision, Mode};
 use proptest::prelude::*;
 
-fn corpus_lines() -> Vec<String> {
-    include_str!("corpus.txt")
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|l| l.splitn(3, ' ').nth(2).unwrap_or("").replace("\\n", "\n"))
-        .collect()
-}
+mod common;
+
+use common::corpus_lines;
 
 /// Lines built from the shell's own pieces, so the parser's deep paths get exercised.
 fn shellish() -> impl Strategy<Value = String> {

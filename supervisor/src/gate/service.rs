@@ -3,8 +3,8 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use cc_policy::evaluate::default_for;
-use cc_policy::{Effect, Scope, tools};
+use cc_policy::evaluate::default_summary;
+use cc_policy::{Effect, tools};
 use cc_proto::auth::Caller;
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::gate_server::Gate as GateRpc;
@@ -99,16 +99,7 @@ impl GateRpc for GateService {
         let defaults = Effect::ALL
             .iter()
             .map(|e| {
-                let (decision, description) = match e {
-                    Effect::PushRemote => (
-                        cc_policy::Decision::Ask,
-                        "ask for the default branch or an unnamed one; allow for other branches".to_owned(),
-                    ),
-                    _ => {
-                        let (d, reason) = default_for(*e, &Scope::default());
-                        (d, reason)
-                    }
-                };
+                let (decision, description) = default_summary(*e);
                 pb::DefaultDecision { effect: e.to_string(), decision: decision.to_string(), description }
             })
             .collect();

@@ -248,18 +248,7 @@ pub fn argv(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part:
         part.add(C::ReadOnly, "");
         return;
     }
-    part.classes.extend(own.classes);
-    part.effects.extend(own.effects);
-    for n in own.notes {
-        if !part.notes.contains(&n) {
-            part.notes.push(n);
-        }
-    }
-    part.via.extend(own.via);
-    part.scope.refs.extend(own.scope.refs);
-    part.scope.refs_unknown |= own.scope.refs_unknown;
-    part.scope.paths.extend(own.scope.paths);
-    part.scope.domains.extend(own.scope.domains);
+    part.absorb(own);
 }
 
 /// A bare name (found on PATH) or a path into a system program directory.

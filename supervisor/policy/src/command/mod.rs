@@ -52,7 +52,24 @@ pub struct PartScope {
 impl Part {
     pub(crate) fn add(&mut self, class: CommandClass, note: impl Into<String>) {
         self.classes.insert(class);
-        let note = note.into();
+        self.add_note(note.into());
+    }
+
+    /// Takes in what was found about the same command separately.
+    pub(crate) fn absorb(&mut self, other: Part) {
+        self.classes.extend(other.classes);
+        self.effects.extend(other.effects);
+        for note in other.notes {
+            self.add_note(note);
+        }
+        self.via.extend(other.via);
+        self.scope.refs.extend(other.scope.refs);
+        self.scope.refs_unknown |= other.scope.refs_unknown;
+        self.scope.paths.extend(other.scope.paths);
+        self.scope.domains.extend(other.scope.domains);
+    }
+
+    fn add_note(&mut self, note: String) {
         if !note.is_empty() && !self.notes.contains(&note) {
             self.notes.push(note);
         }

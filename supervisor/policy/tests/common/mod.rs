@@ -1,0 +1,30 @@
+//! The command-policy corpus (`corpus.txt`), read once for every test that uses it.
+
+use cc_policy::Decision;
+
+/// Each entry: the decision in chat mode, the decision in the read-only modes, the line.
+pub fn corpus() -> Vec<(Decision, Decision, String)> {
+    let letter = |c: &str| match c {
+        "a" => Decision::Allow,
+        "k" => Decision::Ask,
+        "d" => Decision::Deny,
+        other => panic!("corpus: bad decision letter {other:?}"),
+    };
+    include_str!("../corpus.txt")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut it = l.splitn(3, ' ');
+            let chat = letter(it.next().unwrap());
+            let read_only = letter(it.next().unwrap());
+            let line = it.next().expect("corpus: a line needs two letters and a command").replace("\\n", "\n");
+            (chat, read_only, line)
+        })
+        .collect()
+}
+
+/// The command lines alone.
+#[allow(dead_code)] // used by some test binaries and not others
+pub fn corpus_lines() -> Vec<String> {
+    corpus().into_iter().map(|(_, _, line)| line).collect()
+}
