@@ -1,23 +1,30 @@
-//! cc-runner: one per agent execution; it will host the harness tools. For now it serves health
-//! and its status; [`confine`] is the path confinement the file tools are built on.
+//! cc-runner: one per run; it hosts the harness file tools ([`service`]) over the path
+//! confinement of [`confine`]. The supervisor starts it with the run's roots in its
+//! bootstrap, asks the gate before every call, and is the only peer it answers.
 #![forbid(unsafe_code)]
 
 pub mod confine;
 pub mod files;
 pub mod patch;
 pub mod search;
+pub mod service;
 pub mod walk;
 
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::runner::v1::runner_server::{Runner, RunnerServer};
+use cc_proto::runner::v1::{ToolCall, ToolResult};
+
+use crate::confine::Roots;
+use crate::service::{Tools, parse_roots};
 use tonic::{Request, Response, Status};
 
 pub const SPEC: HelperSpec = HelperSpec { name: "runner", capabilities: CapabilityPolicy::DropAll };
 
 pub struct RunnerService {
     context: HelperContext,
+    tools: Tools,
 }
 
 #[tonic::async_trait]
@@ -25,8 +32,29 @@ impl Runner for RunnerService {
     async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
         Ok(Response::new(self.context.status()))
     }
+
+    async fn call(&self, request: Request<ToolCall>) -> Result<Response<ToolResult>, Status> {
+        Ok(Response::new(self.tools.call(request.into_inner()).await?))
+    }
 }
 
 pub fn service(context: &HelperContext) -> RunnerServer<RunnerService> {
-    RunnerServer::new(RunnerService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES)
+    // A runner that cannot open its roots has nothing to serve: it says why and exits,
+    // and the supervisor marks the run failed.
+    let roots = context
+        .bootstrap
+        .options
+        .get("roots")
+        .ok_or_else(|| "the bootstrap names no roots".to_owned())
+        .and_then(|json| parse_roots(json))
+        .and_then(|roots| Roots::open(roots).map_err(|e| format!("cannot open the run's roots: {e}")));
+    let roots = match roots {
+        Ok(roots) => roots,
+        Err(message) => {
+            eprintln!("cc-runner: {message}");
+            std::process::exit(2);
+        }
+    };
+    RunnerServer::new(RunnerService { context: context.clone(), tools: Tools::new(roots) })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
 }

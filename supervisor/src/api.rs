@@ -1,11 +1,10 @@
 //! The client API (`cc.supervisor.v1.Supervisor`) on `$DATA/sock/api.sock`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cc_proto::broker::v1::broker_client::BrokerClient;
-use cc_proto::client::{self, PresentSecret};
+use cc_proto::client::PresentSecret;
 use cc_proto::common::v1::{Event, GetStatusRequest as HelperStatusRequest, HelperStatus};
 use cc_proto::gateway::v1::gateway_client::GatewayClient;
 use cc_proto::sandboxd::v1 as sb;
@@ -18,10 +17,12 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::channels::{HelperChannels, SandboxdClientWithSecret};
 use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
 use crate::convert;
 use crate::events::EventLog;
 use crate::helpers::{Helper, HelperError, HelperSet, SUPERVISOR_PEER, Snapshot};
+use crate::runs::RunManager;
 use cc_sandboxd::probe::{Backend, ProbeResult};
 
 /// How long a live status check may take per helper.
@@ -34,9 +35,8 @@ pub struct SupervisorApi {
     helpers: Arc<HelperSet>,
     events: Arc<EventLog>,
     conversations: Arc<Conversations>,
-    /// One channel per helper process (keyed by pid), so that a status check costs one
-    /// round trip rather than a connection and an HTTP/2 handshake.
-    channels: Mutex<HashMap<&'static str, (u32, Channel)>>,
+    channels: Arc<HelperChannels>,
+    runs: Arc<RunManager>,
 }
 
 impl SupervisorApi {
@@ -44,11 +44,13 @@ impl SupervisorApi {
         started_unix_ms: i64,
         data_dir: String,
         probe: ProbeResult,
-        helpers: Arc<HelperSet>,
+        channels: Arc<HelperChannels>,
         events: Arc<EventLog>,
         conversations: Arc<Conversations>,
+        runs: Arc<RunManager>,
     ) -> Self {
-        Self { started_unix_ms, data_dir, probe, helpers, events, conversations, channels: Mutex::default() }
+        let helpers = channels.helpers().clone();
+        Self { started_unix_ms, data_dir, probe, helpers, events, conversations, channels, runs }
     }
 
     /// Runs blocking registry or filesystem work off the async threads.
@@ -63,31 +65,9 @@ impl SupervisorApi {
         }
     }
 
-    async fn channel_to(&self, helper: &Helper, pid: u32) -> Result<Channel, String> {
-        if let Some((cached_pid, channel)) = self.channels.lock().ok().and_then(|c| c.get(helper.name()).cloned())
-            && cached_pid == pid
-        {
-            return Ok(channel);
-        }
-        let channel = client::connect_checked(helper.socket(), Some(pid)).await.map_err(|e| e.to_string())?;
-        if let Ok(mut cache) = self.channels.lock() {
-            cache.insert(helper.name(), (pid, channel.clone()));
-        }
-        Ok(channel)
-    }
-
-    /// A client of sandboxd, over the cached channel to its current process.
-    async fn sandboxd(&self) -> Result<SandboxdClient<InterceptedService<Channel, PresentSecret>>, Status> {
-        let helper = self.helpers.get("sandboxd")?;
-        let pid =
-            helper.snapshot().pid.ok_or_else(|| Status::unavailable("sandboxd is not running; see ccctl helpers"))?;
-        let channel = self.channel_to(helper, pid).await.map_err(Status::unavailable)?;
-        Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
-    }
-
     /// Asks the helper itself, over its socket and with its secret, who it is.
     async fn check_helper(&self, helper: &Helper, pid: u32) -> Result<HelperStatus, String> {
-        let channel = self.channel_to(helper, pid).await?;
+        let channel = self.channels.channel_to(helper, pid).await?;
         let auth = PresentSecret::new(SUPERVISOR_PEER, &helper.secret());
         let request = HelperStatusRequest {};
         let call = async {
@@ -306,7 +286,7 @@ impl Supervisor for SupervisorApi {
         &self,
         _request: Request<pb::SandboxProbeRequest>,
     ) -> Result<Response<pb::SandboxProbeResponse>, Status> {
-        let probe = self.sandboxd().await?.get_probe(sb::GetProbeRequest {}).await?.into_inner();
+        let probe = self.channels.sandboxd().await?.get_probe(sb::GetProbeRequest {}).await?.into_inner();
         let backend = match sb::Backend::try_from(probe.backend) {
             Ok(sb::Backend::Native) => "native",
             _ => "none",
@@ -334,19 +314,8 @@ impl Supervisor for SupervisorApi {
             "explain-{}",
             &cc_proto::secret::PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..12]
         );
-        let b = |p: &std::path::Path| convert::path_bytes(p);
-        let policy = sb::RunPolicy {
-            run_id: run_id.clone(),
-            agent_work: b(&paths.agent_work),
-            agent_config: b(&paths.agent_config),
-            repos: b(&paths.repos),
-            attachments: paths.attachments.as_deref().map(b).unwrap_or_default(),
-            work_dir: b(&paths.work_dir),
-            write_deny: paths.write_deny.iter().map(|p| b(p)).collect(),
-            env: Default::default(),
-            bridges: vec![],
-        };
-        let mut sandboxd = self.sandboxd().await?;
+        let policy = crate::runs::sandbox_policy(&run_id, &paths);
+        let mut sandboxd = self.channels.sandboxd().await?;
         sandboxd.register_run(policy).await?;
         // Unregistered however this request ends, a client that goes away included.
         let cleanup = Unregister(Some((sandboxd.clone(), run_id.clone())));
@@ -367,12 +336,12 @@ impl Supervisor for SupervisorApi {
         request: Request<pb::RemoveConversationRequest>,
     ) -> Result<Response<pb::Conversation>, Status> {
         let id = request.into_inner().id;
+        // Its runs end first: nothing may work in copies that are being removed.
+        self.runs.stop_conversation(&id, "its conversation was removed").await;
         let removed = self.blocking(move |c| c.remove(&id)).await?;
         Ok(Response::new(convert::conversation(removed)))
     }
 }
-
-type SandboxdClientWithSecret = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
 
 /// Unregisters a throw-away run when dropped.
 struct Unregister(Option<(SandboxdClientWithSecret, String)>);

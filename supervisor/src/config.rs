@@ -19,6 +19,11 @@
 //! approval_timeout_ms = 300000        # an ask unanswered this long is a deny
 //! [gate.workspaces]
 //! default = "rules/default.toml"      # a workspace's rules, on top of the global ones
+//!
+//! [runs]
+//! bash_timeout_seconds = 120          # a bash call that names no timeout gets this
+//! bash_max_timeout_seconds = 3600     # a call may ask for at most this
+//! bash_output_cap_bytes = 1048576     # stdout + stderr of one call; over it, the command is killed
 //! ```
 
 use std::collections::BTreeMap;
@@ -48,6 +53,25 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     #[serde(default)]
     pub gate: GateConfig,
+    #[serde(default)]
+    pub runs: RunsConfig,
+    /// The runner program [default: cc-runner next to cc-supervisor].
+    #[serde(default)]
+    pub runner: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunsConfig {
+    pub bash_timeout_seconds: u32,
+    pub bash_max_timeout_seconds: u32,
+    pub bash_output_cap_bytes: u64,
+}
+
+impl Default for RunsConfig {
+    fn default() -> Self {
+        Self { bash_timeout_seconds: 120, bash_max_timeout_seconds: 3600, bash_output_cap_bytes: 1 << 20 }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -150,6 +174,13 @@ impl Config {
         }
         if config.gate.approval_timeout_ms == 0 {
             return Err("[gate]: approval_timeout_ms must be positive".into());
+        }
+        let runs = &config.runs;
+        if runs.bash_timeout_seconds == 0 || runs.bash_max_timeout_seconds < runs.bash_timeout_seconds {
+            return Err("[runs]: need 0 < bash_timeout_seconds <= bash_max_timeout_seconds".into());
+        }
+        if runs.bash_output_cap_bytes == 0 {
+            return Err("[runs]: bash_output_cap_bytes must be positive".into());
         }
         if r.healthy_after_ms <= r.ready_timeout_ms {
             return Err("[restart]: healthy_after_ms must be longer than ready_timeout_ms, or no helper would ever be reported failed".into());

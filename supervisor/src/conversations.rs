@@ -364,6 +364,10 @@ impl Conversations {
         Ok(record)
     }
 
+    pub fn conversation(&self, id: &str) -> Result<ConversationRecord, ConversationError> {
+        Ok(self.store.conversation(id)?)
+    }
+
     /// What a run of `agent` in `conversation` may touch: its directories, the
     /// conversation's copies (the first is the working directory), the workspace's
     /// attachments, and the registered checkouts, which no envelope may write.

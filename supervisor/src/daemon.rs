@@ -20,6 +20,7 @@ use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
 
 use crate::api::SupervisorApi;
+use crate::channels::HelperChannels;
 use crate::config::{Config, ConfigError};
 use crate::conversations::Conversations;
 use crate::events::EventLog;
@@ -28,14 +29,19 @@ use crate::gate::{Gate, GateError};
 use crate::helpers::{HELPER_NAMES, HelperLaunch, HelperSet, SuperviseEnv};
 use crate::lock::{DataDirLock, LockError};
 use crate::paths::{DataDir, DataDirError};
+use crate::runs::service::RunsService;
+use crate::runs::{RunEnv, RunManager};
 use crate::sd_notify;
 use crate::store::{Store, StoreError};
+use cc_proto::supervisor::v1::runs_server::RunsServer;
 use cc_sandboxd::probe::{self, Backend, SandboxChoice};
 
 /// How long open client streams may delay shutdown.
 const API_DRAIN: Duration = Duration::from_secs(1);
 /// How long stopping every helper may take; with the drain, under the 5 s promise.
-const HELPERS_STOP: Duration = Duration::from_millis(3_500);
+const HELPERS_STOP: Duration = Duration::from_millis(3_000);
+/// How long stopping every run may take.
+const RUNS_STOP: Duration = Duration::from_millis(500);
 
 /// Removes the API socket however `run` ends.
 struct RemoveOnDrop(PathBuf);
@@ -106,7 +112,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     // 4. State.
     let store = Arc::new(Store::open(&data.state_db())?);
     let events = Arc::new(EventLog::new(store.clone()));
-    let conversations = Arc::new(Conversations::new(data.clone(), store, events.clone()));
+    let conversations = Arc::new(Conversations::new(data.clone(), store.clone(), events.clone()));
     for id in conversations.sweep_unfinished() {
         tracing::warn!(conversation = id, "removed a conversation whose provisioning never finished");
     }
@@ -167,7 +173,21 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         data_dir: data.root().to_owned(),
         log_format: options.log_format,
     });
+    let restart = config.restart.clone();
     let helpers = Arc::new(HelperSet::start(launches, env)?);
+    let channels = Arc::new(HelperChannels::new(helpers.clone()));
+    let runs = RunManager::new(RunEnv {
+        data: data.clone(),
+        store,
+        events: events.clone(),
+        conversations: conversations.clone(),
+        gate: gate.clone(),
+        channels: channels.clone(),
+        runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
+        config: config.runs.clone(),
+        log_format: options.log_format,
+        timeouts: (restart.ready_timeout(), restart.stop_timeout()),
+    });
 
     // 8. Serve the client API: health, reflection, and the supervisor service, every
     //    call authorized by the caller's uid.
@@ -175,9 +195,10 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         unix_ms(SystemTime::now()),
         data.root().display().to_string(),
         probe,
-        helpers.clone(),
+        channels,
         events.clone(),
         conversations,
+        runs.clone(),
     );
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<SupervisorServer<SupervisorApi>>().await;
@@ -194,6 +215,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
             .add_service(reflection)
             .add_service(SupervisorServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES))
             .add_service(GateServer::new(GateService::new(gate)).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            .add_service(RunsServer::new(RunsService::new(runs.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES))
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                 let _ = api_stopped.await;
             }),
@@ -224,6 +246,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     if served.is_none() && tokio::time::timeout(API_DRAIN, &mut server).await.is_err() {
         server.abort();
     }
+    // Runs before helpers: a run's end unregisters it from sandboxd.
+    runs.stop_all(RUNS_STOP).await;
     helpers.stop_all(HELPERS_STOP).await;
     events.record("supervisor_stopped", "supervisor", json!({ "pid": std::process::id() }));
     match served {

@@ -383,10 +383,10 @@ fn record_exit(
 }
 
 /// A start that did not reach "serving".
-struct LaunchFailure {
-    pid: Option<u32>,
-    status: Option<std::process::ExitStatus>,
-    message: String,
+pub(crate) struct LaunchFailure {
+    pub pid: Option<u32>,
+    pub status: Option<std::process::ExitStatus>,
+    pub message: String,
 }
 
 /// Spawns the helper, hands it its bootstrap on stdin, and waits for its ready line.
@@ -409,9 +409,27 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFail
         supervisor_pid: std::process::id(),
         options: launch.options.clone(),
     };
-    let mut command = Command::new(&launch.program);
+    let timeouts = (env.policy.ready_timeout(), env.policy.stop_timeout());
+    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.name, None).await
+}
+
+/// Spawns a helper-protocol process (a helper or a run's runner): it says HELLO, gets
+/// `bootstrap` on stdin, and must say READY within `ready`; `stop` is the grace a
+/// failed start gets before SIGKILL.
+pub(crate) async fn start_process(
+    program: &std::path::Path,
+    args: &[String],
+    bootstrap: &Bootstrap,
+    (ready, stop): (Duration, Duration),
+    name: &'static str,
+    user: Option<(u32, u32)>,
+) -> Result<Child, LaunchFailure> {
+    let mut command = Command::new(program);
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid).current_dir("/");
+    }
     command
-        .args(&launch.args)
+        .args(args)
         .env_clear()
         .envs(PASSED_ENV.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
         .stdin(Stdio::piped())
@@ -424,11 +442,11 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFail
     let mut child = command.spawn().map_err(|e| LaunchFailure {
         pid: None,
         status: None,
-        message: format!("cannot start {}: {e}", launch.program.display()),
+        message: format!("cannot start {}: {e}", program.display()),
     })?;
     let pid = child.id();
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(fail(child, pid, "no stdio pipes".into(), env).await);
+        return Err(fail(child, pid, "no stdio pipes".into(), stop).await);
     };
     let mut lines = BufReader::new(stdout).lines();
     let handshake = async {
@@ -441,10 +459,9 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFail
         drop(stdin);
         expect_line(&mut lines, READY_LINE).await
     };
-    match tokio::time::timeout(env.policy.ready_timeout(), handshake).await {
+    match tokio::time::timeout(ready, handshake).await {
         Ok(Ok(())) => {
             // Whatever it prints later goes to the log, and never meets a closed pipe.
-            let name = launch.name;
             tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
                     tracing::info!(helper = name, stdout = %line, "helper output");
@@ -452,8 +469,8 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFail
             });
             Ok(child)
         }
-        Ok(Err(message)) => Err(fail(child, pid, message, env).await),
-        Err(_) => Err(fail(child, pid, format!("not serving after {:?}", env.policy.ready_timeout()), env).await),
+        Ok(Err(message)) => Err(fail(child, pid, message, stop).await),
+        Err(_) => Err(fail(child, pid, format!("not serving after {ready:?}"), stop).await),
     }
 }
 
@@ -469,13 +486,13 @@ async fn expect_line(
     }
 }
 
-async fn fail(mut child: Child, pid: Option<u32>, message: String, env: &SuperviseEnv) -> LaunchFailure {
-    let status = stop_child(&mut child, env.policy.stop_timeout()).await;
+async fn fail(mut child: Child, pid: Option<u32>, message: String, grace: Duration) -> LaunchFailure {
+    let status = stop_child(&mut child, grace).await;
     LaunchFailure { pid, status, message }
 }
 
 /// SIGTERM, then SIGKILL after `grace`. Returns the exit status.
-async fn stop_child(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
+pub(crate) async fn stop_child(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
     if let Ok(Some(status)) = child.try_wait() {
         return Some(status);
     }

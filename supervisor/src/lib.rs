@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod backoff;
+pub mod channels;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -21,6 +22,7 @@ pub mod lock;
 pub mod names;
 pub mod paths;
 pub mod registry;
+pub mod runs;
 pub mod sd_notify;
 pub mod store;
 pub mod worktree;

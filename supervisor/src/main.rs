@@ -29,6 +29,10 @@ struct Args {
     /// Directory holding cc-sandboxd, cc-broker and cc-gateway [default: next to this binary]
     #[arg(long)]
     helper_dir: Option<PathBuf>,
+    /// Stop (as on SIGTERM) when the process that started us exits: `ccctl exec`'s
+    /// embedded supervisor never outlives it.
+    #[arg(long, hide = true)]
+    exit_with_parent: bool,
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,18 @@ fn main() -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("cc-supervisor: cannot make the process non-dumpable: {e}");
         return ExitCode::FAILURE;
+    }
+    if args.exit_with_parent {
+        let parent = nix::unistd::getppid();
+        if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
+            eprintln!("cc-supervisor: cannot ask to stop with the parent: {e}");
+            return ExitCode::FAILURE;
+        }
+        // A parent that died before PDEATHSIG was set has been replaced by init.
+        if nix::unistd::getppid() != parent || parent.as_raw() == 1 {
+            eprintln!("cc-supervisor: the process that started us is gone: exiting");
+            return ExitCode::FAILURE;
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

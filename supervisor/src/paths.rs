@@ -47,7 +47,7 @@ impl DataDir {
 
     /// Creates the directory (0700) when missing, and checks that it is a directory we
     /// own that nobody else can write: its config names programs we run. A directory of
-    /// ours with looser modes is tightened to 0700. Writability is proven by the lock.
+    /// ours that others can read or write is tightened to 0700. Writability is proven by the lock.
     pub fn prepare(&self) -> Result<(), DataDirError> {
         let unusable = |source| DataDirError::Unusable { path: self.root.clone(), source };
         if !self.root.exists() {
@@ -61,7 +61,9 @@ impl DataDir {
         if meta.uid() != us {
             return Err(DataDirError::NotOurs { path: self.root.clone(), owner: meta.uid(), us });
         }
-        if meta.mode() & 0o077 != 0 {
+        // Search permission for others is allowed: as root, runs' envelopes (launched as
+        // the service user) must reach their directories inside.
+        if meta.mode() & 0o066 != 0 {
             std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))
                 .map_err(|source| DataDirError::NotWritable { path: self.root.clone(), source })?;
         }

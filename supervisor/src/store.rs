@@ -50,6 +50,22 @@ const MIGRATIONS: &[&str] = &[
         branch TEXT,
         PRIMARY KEY (conversation, repo)
     );",
+    // 3: runs. Kept after they end (and after their conversation is removed): they
+    // are the history the event log refers to.
+    "CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        conversation TEXT NOT NULL,
+        workspace TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        adapter TEXT NOT NULL,
+        network INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        work_dir BLOB NOT NULL,
+        started_unix_ms INTEGER NOT NULL,
+        ended_unix_ms INTEGER,
+        end_reason TEXT
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

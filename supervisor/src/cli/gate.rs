@@ -28,7 +28,7 @@ pub enum ModeArg {
 }
 
 impl ModeArg {
-    fn wire(self) -> i32 {
+    pub(crate) fn wire(self) -> i32 {
         (match self {
             ModeArg::Chat => common::Mode::Chat,
             ModeArg::Plan => common::Mode::Plan,

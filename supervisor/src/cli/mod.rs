@@ -1,9 +1,11 @@
 //! `ccctl`, the command-line client. Every command has `--help` and `--json`; every
 //! error is one line, `ccctl: …`, with a non-zero exit code.
 
+mod exec;
 mod gate;
 mod progress;
 mod render;
+mod runs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -92,6 +94,20 @@ enum Command {
     },
     /// The tools a run has in a mode
     Tools(gate::ToolsArgs),
+    /// Runs: an agent's execution in a conversation, with its runner and tools
+    Run {
+        #[command(subcommand)]
+        action: runs::RunAction,
+    },
+    /// Call one of a run's tools (a refusal exits 125: `ccctl: denied: …` or `ccctl: refused: …`)
+    Tool {
+        /// The run's id
+        run: String,
+        #[command(subcommand)]
+        action: runs::ToolAction,
+    },
+    /// The main job: run CMD on a copy of a repository, confined and gated, and exit with its status
+    Exec(exec::ExecArgs),
 }
 
 #[derive(Subcommand)]
@@ -222,10 +238,42 @@ pub fn main() -> ExitCode {
 }
 
 fn fail(error: anyhow::Error) -> ExitCode {
+    if let Some(exit) = error.downcast_ref::<ExitWith>() {
+        if let Some(message) = &exit.message {
+            eprintln!("ccctl: {}", render::one_line(message));
+        }
+        return ExitCode::from(exit.code);
+    }
     // `{:#}` keeps the context chain on one line.
     eprintln!("ccctl: {}", render::one_line(&format!("{error:#}")));
     ExitCode::FAILURE
 }
+
+/// An ending with a status of its own (a denial, a command's exit status), and the
+/// line to say, if any.
+#[derive(Debug)]
+pub(crate) struct ExitWith {
+    code: u8,
+    message: Option<String>,
+}
+
+impl ExitWith {
+    pub(crate) fn error(code: u8, message: &str) -> anyhow::Error {
+        anyhow::Error::new(ExitWith { code, message: Some(message.to_owned()) })
+    }
+
+    pub(crate) fn silent(code: u8) -> anyhow::Error {
+        anyhow::Error::new(ExitWith { code, message: None })
+    }
+}
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.message.as_deref().unwrap_or("exit"))
+    }
+}
+
+impl std::error::Error for ExitWith {}
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // With --socket, no data directory needs to be found (HOME may be unset).
@@ -331,6 +379,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy { action } => gate::policy(connect_gate(&socket, &data).await?, action, cli.json).await?,
         Command::Approvals { action } => gate::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?,
         Command::Tools(args) => gate::tools(connect_gate(&socket, &data).await?, args, cli.json).await?,
+        Command::Run { action } => runs::run(connect_runs(&socket, &data).await?, action, cli.json).await?,
+        Command::Tool { run, action } => runs::tool(connect_runs(&socket, &data).await?, run, action, cli.json).await?,
+        Command::Exec(args) => {
+            let socket = cli.socket.is_some().then_some(socket);
+            exec::exec(args, socket, cli.data_dir.is_some().then_some(data)).await?
+        }
         Command::Conversation { action } => {
             let mut client = connect(&socket, &data).await?;
             match action {
@@ -376,6 +430,10 @@ async fn connect_gate(
     data: &DataDir,
 ) -> anyhow::Result<pb::gate_client::GateClient<tonic::transport::Channel>> {
     Ok(client::gate(connect_channel(socket, data).await?))
+}
+
+async fn connect_runs(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<crate::client::Runs> {
+    Ok(client::runs(connect_channel(socket, data).await?))
 }
 
 async fn connect_channel(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<tonic::transport::Channel> {

@@ -324,6 +324,16 @@ pub fn done(message: &str, json: bool) {
     print(&format!("{message}\n"));
 }
 
+pub fn mode_name(mode: i32) -> &'static str {
+    use cc_proto::common::v1::Mode;
+    match Mode::try_from(mode) {
+        Ok(Mode::Plan) => "plan",
+        Ok(Mode::Review) => "review",
+        Ok(Mode::Orchestrate) => "orchestrate",
+        _ => "chat",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

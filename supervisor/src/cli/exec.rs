@@ -1,0 +1,252 @@
+//! `ccctl exec`: the one-shot main job. A supervisor (the running one, or one started
+//! for this command and stopped after it), the repository registered, a conversation
+//! provisioned, a harness run started, CMD through the run's bash tool, and everything
+//! but the registered checkout removed again. The exit status is CMD's; a denial is
+//! [`runs::EXIT_DENIED`].
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use cc_proto::client::ConnectError;
+use cc_proto::supervisor::v1 as pb;
+use clap::Args;
+
+use super::gate::ModeArg;
+use super::runs::{self, Network};
+use super::{ExitWith, progress, rpc_error, wait_for_serving};
+use crate::client::{self, Client, Runs};
+use crate::paths::DataDir;
+
+/// How long an embedded supervisor may take until every helper serves.
+const EMBEDDED_START: Duration = Duration::from_secs(30);
+/// Exit status when Ctrl-C stopped the command (as a shell reports SIGINT).
+const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Args)]
+pub struct ExecArgs {
+    /// The repository (any directory inside its checkout) [default: the current directory]
+    #[arg(long, default_value = ".")]
+    repo: PathBuf,
+    #[arg(long, value_enum, default_value = "chat")]
+    mode: ModeArg,
+    /// `on` is refused until the egress proxy exists
+    #[arg(long, value_enum, default_value = "off")]
+    network: Network,
+    /// reflink (default; refuses a filesystem that cannot reflink), copy (a full byte
+    /// copy, for ext4 and the like), or git-worktree
+    #[arg(long, default_value = "reflink", value_parser = ["reflink", "copy", "git-worktree"])]
+    worktree_backend: String,
+    /// Keep the conversation afterwards and print its id
+    #[arg(long)]
+    keep: bool,
+    /// Seconds before the command is killed [default: the supervisor's bash default]
+    #[arg(long, default_value_t = 0)]
+    timeout: u32,
+    /// The command, run by bash in the envelope (arguments are quoted, not re-split)
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// The checkout's top level, resolved.
+fn checkout_root(path: &Path) -> anyhow::Result<PathBuf> {
+    let path = std::path::absolute(path).with_context(|| format!("cannot resolve {}", path.display()))?;
+    let repo = git2::Repository::discover(&path)
+        .map_err(|e| anyhow!("{} is not inside a git checkout ({}): pass --repo", path.display(), e.message()))?;
+    let top =
+        repo.workdir().ok_or_else(|| anyhow!("{} is a bare repository: exec needs a checkout", path.display()))?;
+    std::fs::canonicalize(top).with_context(|| format!("cannot resolve {}", top.display()))
+}
+
+fn device(path: &Path) -> Option<u64> {
+    path.ancestors().find_map(|p| std::fs::metadata(p).ok()).map(|m| m.dev())
+}
+
+/// A data dir on the repository's volume, so that reflink copies can work: the default
+/// one when it is there, else `.control-center-<uid>` at the top of that volume.
+fn data_dir_for(repo: &Path) -> anyhow::Result<DataDir> {
+    let default = DataDir::locate(None)?;
+    let repo_dev = device(repo);
+    if device(default.root()) == repo_dev {
+        return Ok(default);
+    }
+    let top = repo.ancestors().take_while(|p| device(p) == repo_dev).last().unwrap_or(repo);
+    let uid = nix::unistd::geteuid().as_raw();
+    Ok(DataDir::locate(Some(&top.join(format!(".control-center-{uid}"))))?)
+}
+
+/// A supervisor started for this command: it stops when we stop it, or when we die.
+struct Embedded {
+    child: tokio::process::Child,
+}
+
+impl Embedded {
+    async fn start(data: &DataDir) -> anyhow::Result<Self> {
+        data.prepare()?;
+        let exe = std::env::current_exe().context("cannot tell where ccctl is")?;
+        let program = exe.with_file_name("cc-supervisor");
+        let log_path = data.root().join("exec-supervisor.log");
+        let log = std::fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+        let child = tokio::process::Command::new(&program)
+            .arg("--data-dir")
+            .arg(data.root())
+            .arg("--exit-with-parent")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", program.display()))?;
+        let mut embedded = Embedded { child };
+        let api = data.api_socket();
+        let serving = tokio::select! {
+            status = wait_for_serving(&api, data, EMBEDDED_START) => status.ok(),
+            _ = embedded.child.wait() => None,
+        };
+        match serving {
+            Some(s) if s.get_ref().helpers.iter().all(|h| h.serving) => Ok(embedded),
+            _ => {
+                embedded.stop().await;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+                Err(anyhow!("the embedded supervisor did not come up (see {}): {last}", log_path.display()))
+            }
+        }
+    }
+
+    async fn stop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
+    }
+}
+
+async fn register(client: &mut Client, repo: &Path) -> anyhow::Result<String> {
+    let path = repo.as_os_str().as_encoded_bytes().to_vec();
+    let list = client.list_repos(pb::ListReposRequest { workspace: "default".into() }).await.map_err(rpc_error)?;
+    if let Some(known) = list.into_inner().repos.into_iter().find(|r| r.resolved_path == path || r.path == path) {
+        return Ok(known.name);
+    }
+    let base: String = repo
+        .file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+                .collect()
+        })
+        .filter(|n: &String| !n.is_empty())
+        .unwrap_or_else(|| "repo".into());
+    for attempt in 1..=20 {
+        let name = if attempt == 1 { base.clone() } else { format!("{base}-{attempt}") };
+        let request = pb::AddRepoRequest { workspace: "default".into(), path: path.clone(), name };
+        match client.add_repo(request).await {
+            Ok(r) => return Ok(r.into_inner().name),
+            Err(s) if s.code() == tonic::Code::AlreadyExists && !s.message().contains("already registered") => continue,
+            Err(s) => return Err(rpc_error(s)),
+        }
+    }
+    Err(anyhow!("cannot find a free name for {} among registered repositories", repo.display()))
+}
+
+/// Everything exec made, to be undone whatever happens.
+#[derive(Default)]
+struct Made {
+    conversation: Option<String>,
+    run: Option<String>,
+}
+
+async fn main_job(
+    args: &ExecArgs,
+    client: &mut Client,
+    runs_client: &mut Runs,
+    repo: &Path,
+    made: &mut Made,
+) -> anyhow::Result<u8> {
+    let name = register(client, repo).await?;
+    let backend = match args.worktree_backend.as_str() {
+        "copy" => pb::WorktreeBackend::Copy,
+        "git-worktree" => pb::WorktreeBackend::GitWorktree,
+        _ => pb::WorktreeBackend::Reflink,
+    };
+    let request =
+        pb::NewConversationRequest { workspace: "default".into(), repos: vec![name], backend: backend as i32 };
+    let stream = client.new_conversation(request).await.map_err(rpc_error)?.into_inner();
+    let conversation = progress::follow(stream).await?;
+    made.conversation = Some(conversation.id.clone());
+    let request = pb::StartRunRequest {
+        conversation: conversation.id,
+        agent: "default".into(),
+        mode: args.mode.wire(),
+        adapter: "harness".into(),
+        network: args.network == Network::On,
+    };
+    let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner();
+    made.run = Some(run.id.clone());
+    let line = if args.command.len() == 1 {
+        args.command[0].clone()
+    } else {
+        shlex::try_join(args.command.iter().map(String::as_str)).context("the command cannot be quoted")?
+    };
+    let outcome = tokio::select! {
+        outcome = runs::bash(runs_client, &run.id, line, args.timeout) => outcome?,
+        _ = tokio::signal::ctrl_c() => return Err(ExitWith::error(EXIT_INTERRUPTED, "interrupted: the command was killed")),
+    };
+    outcome.status()
+}
+
+async fn clean_up(args: &ExecArgs, client: &mut Client, runs_client: &mut Runs, made: &Made) -> anyhow::Result<()> {
+    if let Some(run) = &made.run {
+        let _ = runs_client.stop_run(pb::StopRunRequest { id: run.clone() }).await;
+    }
+    if let Some(id) = &made.conversation {
+        if args.keep {
+            eprintln!("ccctl: kept conversation {id}");
+        } else {
+            client.remove_conversation(pb::RemoveConversationRequest { id: id.clone() }).await.map_err(rpc_error)?;
+        }
+    }
+    Ok(())
+}
+
+pub async fn exec(args: ExecArgs, socket: Option<PathBuf>, data: Option<DataDir>) -> anyhow::Result<()> {
+    let repo = checkout_root(&args.repo)?;
+    let data = match data {
+        Some(d) => d,
+        None if socket.is_some() => DataDir::locate(None)?,
+        None => match DataDir::locate(None) {
+            // The running supervisor, when there is one at the default place.
+            Ok(d) if std::os::unix::net::UnixStream::connect(d.api_socket()).is_ok() => d,
+            _ => data_dir_for(&repo)?,
+        },
+    };
+    let socket = socket.unwrap_or_else(|| data.api_socket());
+    let (channel, mut embedded) = match cc_proto::client::connect(&socket).await {
+        Ok(channel) => (channel, None),
+        Err(ConnectError::NotListening { .. }) => {
+            let embedded = Embedded::start(&data).await?;
+            (cc_proto::client::connect(&socket).await?, Some(embedded))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut supervisor = client::supervisor(channel.clone());
+    let mut runs_client = client::runs(channel);
+    let mut made = Made::default();
+    let outcome = main_job(&args, &mut supervisor, &mut runs_client, &repo, &mut made).await;
+    let cleaned = clean_up(&args, &mut supervisor, &mut runs_client, &made).await;
+    if let Some(embedded) = embedded.as_mut() {
+        embedded.stop().await;
+    }
+    let code = outcome?;
+    cleaned?;
+    match code {
+        0 => Ok(()),
+        code => Err(ExitWith::silent(code)),
+    }
+}

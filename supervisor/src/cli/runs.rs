@@ -1,0 +1,382 @@
+//! `ccctl run …` and `ccctl tool RUN …`: runs and their tool calls.
+
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use anyhow::{Context, anyhow};
+use cc_proto::runner::v1 as rn;
+use cc_proto::runner::v1::tool_call::Call;
+use cc_proto::runner::v1::tool_result::Result as Outcome;
+use cc_proto::supervisor::v1 as pb;
+use cc_proto::supervisor::v1::tool_event::Event;
+use clap::{Subcommand, ValueEnum};
+use serde_json::json;
+use tokio_stream::StreamExt;
+
+use super::gate::ModeArg;
+use super::render::one_line;
+use super::{ExitWith, rpc_error};
+use crate::client::Runs;
+
+/// A command denied by the gate, or a path refused by confinement (documented).
+pub const EXIT_DENIED: u8 = 125;
+/// bash ran past its timeout and was killed (as timeout(1) says it).
+pub const EXIT_TIMED_OUT: u8 = 124;
+/// Most content `write` and `apply-patch` read from stdin.
+const MAX_STDIN_BYTES: u64 = 16 << 20;
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Network {
+    Off,
+    On,
+}
+
+#[derive(Subcommand)]
+pub enum RunAction {
+    /// Start a run in a conversation and print its id
+    Start {
+        #[arg(long)]
+        conversation: String,
+        #[arg(long, default_value = "default")]
+        agent: String,
+        #[arg(long, value_enum, default_value = "chat")]
+        mode: ModeArg,
+        /// Only `harness` so far
+        #[arg(long, default_value = "harness")]
+        adapter: String,
+        /// `on` is refused until the egress proxy exists
+        #[arg(long, value_enum, default_value = "off")]
+        network: Network,
+    },
+    /// List runs, newest first
+    List {
+        #[arg(long)]
+        conversation: Option<String>,
+    },
+    /// One run
+    Show { id: String },
+    /// Stop a run: everything of it is killed
+    Stop { id: String },
+}
+
+#[derive(Subcommand)]
+pub enum ToolAction {
+    /// Print a file's lines
+    Read {
+        path: std::path::PathBuf,
+        /// First line, 0-based
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Lines [default: 2000]
+        #[arg(long, default_value_t = 0)]
+        limit: u64,
+    },
+    /// Write a whole file from stdin
+    Write { path: std::path::PathBuf },
+    /// Replace one exact string (it must occur exactly once)
+    Edit {
+        path: std::path::PathBuf,
+        #[arg(long)]
+        old: String,
+        #[arg(long)]
+        new: String,
+    },
+    /// Apply a unified diff from stdin, all or nothing
+    ApplyPatch,
+    /// Regex over file contents (gitignore-aware)
+    Search {
+        pattern: String,
+        #[arg(long)]
+        path: Option<std::path::PathBuf>,
+    },
+    /// Glob over paths
+    Find {
+        glob: String,
+        #[arg(long)]
+        path: Option<std::path::PathBuf>,
+    },
+    /// Fuzzy file-name search
+    SearchFiles {
+        query: String,
+        #[arg(long)]
+        path: Option<std::path::PathBuf>,
+    },
+    /// Run a command line in the run's envelope
+    Bash {
+        /// Seconds [default: the configured default]
+        #[arg(long, default_value_t = 0)]
+        timeout: u32,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// The tools this run has
+    List,
+}
+
+fn bytes(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn stdin_text(what: &str) -> anyhow::Result<Vec<u8>> {
+    let mut content = Vec::new();
+    std::io::stdin()
+        .take(MAX_STDIN_BYTES + 1)
+        .read_to_end(&mut content)
+        .with_context(|| format!("cannot read the {what} from stdin"))?;
+    if content.len() as u64 > MAX_STDIN_BYTES {
+        return Err(anyhow!("the {what} on stdin is over {} MiB", MAX_STDIN_BYTES >> 20));
+    }
+    Ok(content)
+}
+
+/// A tool's refusal: `ccctl: denied: …` / `ccctl: refused: …` and [`EXIT_DENIED`].
+pub fn tool_error(status: tonic::Status) -> anyhow::Error {
+    let m = status.message();
+    if status.code() == tonic::Code::PermissionDenied && (m.starts_with("denied: ") || m.starts_with("refused: ")) {
+        return ExitWith::error(EXIT_DENIED, m);
+    }
+    rpc_error(status)
+}
+
+pub fn state_name(state: i32) -> &'static str {
+    match pb::RunState::try_from(state) {
+        Ok(pb::RunState::Starting) => "starting",
+        Ok(pb::RunState::Running) => "running",
+        Ok(pb::RunState::Stopped) => "stopped",
+        Ok(pb::RunState::Failed) => "failed",
+        _ => "unknown",
+    }
+}
+
+fn run_json(r: &pb::Run) -> serde_json::Value {
+    json!({
+        "id": r.id, "conversation": r.conversation, "workspace": r.workspace, "agent": r.agent,
+        "mode": super::render::mode_name(r.mode), "adapter": r.adapter, "network": r.network,
+        "state": state_name(r.state), "runner_pid": r.runner_pid, "started_unix_ms": r.started_unix_ms,
+        "ended_unix_ms": r.ended_unix_ms, "end_reason": r.end_reason, "tools": r.tools,
+        "work_dir": lossy(&r.work_dir),
+    })
+}
+
+fn print_run(r: &pb::Run) {
+    let ended = if r.end_reason.is_empty() { String::new() } else { format!(" ({})", one_line(&r.end_reason)) };
+    println!(
+        "{}  {}{}  conversation {}  agent {}  mode {}  runner pid {}",
+        r.id,
+        state_name(r.state),
+        ended,
+        r.conversation,
+        r.agent,
+        super::render::mode_name(r.mode),
+        r.runner_pid
+    );
+}
+
+pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Result<()> {
+    match action {
+        RunAction::Start { conversation, agent, mode, adapter, network } => {
+            let request = pb::StartRunRequest {
+                conversation,
+                agent,
+                mode: mode.wire(),
+                adapter,
+                network: network == Network::On,
+            };
+            let run = client.start_run(request).await.map_err(rpc_error)?.into_inner();
+            if json {
+                println!("{}", run_json(&run));
+            } else {
+                println!("{}", run.id);
+            }
+        }
+        RunAction::List { conversation } => {
+            let request = pb::ListRunsRequest { conversation: conversation.unwrap_or_default() };
+            let runs = client.list_runs(request).await.map_err(rpc_error)?.into_inner().runs;
+            if json {
+                println!("{}", serde_json::Value::Array(runs.iter().map(run_json).collect()));
+            } else {
+                runs.iter().for_each(print_run);
+            }
+        }
+        RunAction::Show { id } => {
+            let run = client.get_run(pb::GetRunRequest { id }).await.map_err(rpc_error)?.into_inner();
+            if json {
+                println!("{}", run_json(&run));
+            } else {
+                print_run(&run);
+                println!("work dir: {}", lossy(&run.work_dir));
+                println!("tools: {}", run.tools.join(", "));
+            }
+        }
+        RunAction::Stop { id } => {
+            let run = client.stop_run(pb::StopRunRequest { id }).await.map_err(rpc_error)?.into_inner();
+            if json {
+                println!("{}", run_json(&run));
+            } else {
+                print_run(&run);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a bash call ended with, for the caller to turn into an exit status.
+pub struct BashOutcome {
+    pub exit: Option<pb::BashExit>,
+}
+
+impl BashOutcome {
+    /// The command's status as a shell gives it: its code, or 128 + the signal.
+    pub fn status(&self) -> anyhow::Result<u8> {
+        let Some(exit) = &self.exit else {
+            return Err(anyhow!("the command's stream ended without an exit status"));
+        };
+        if exit.truncated {
+            return Err(ExitWith::error(
+                128 + 9,
+                "the output went over the configured cap: the rest was dropped and the command killed",
+            ));
+        }
+        if exit.timed_out {
+            return Err(ExitWith::error(EXIT_TIMED_OUT, "the command ran past its timeout and was killed"));
+        }
+        match (exit.code, exit.signal) {
+            (Some(code), _) => Ok(code.clamp(0, 255) as u8),
+            (None, Some(signal)) => Ok((128 + signal.clamp(0, 127)) as u8),
+            (None, None) => Err(anyhow!("the command ended without a status")),
+        }
+    }
+}
+
+/// Runs one bash call, streaming its output to ours.
+pub async fn bash(client: &mut Runs, run_id: &str, command: String, timeout: u32) -> anyhow::Result<BashOutcome> {
+    let call = rn::ToolCall { call: Some(Call::Bash(rn::BashCall { command, timeout_seconds: timeout })) };
+    let request = pb::CallToolRequest { run_id: run_id.to_owned(), call: Some(call) };
+    let mut stream = client.call_tool(request).await.map_err(tool_error)?.into_inner();
+    let mut outcome = BashOutcome { exit: None };
+    while let Some(event) = stream.next().await {
+        match event.map_err(tool_error)?.event {
+            Some(Event::Stdout(chunk)) => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(&chunk);
+                let _ = out.flush();
+            }
+            Some(Event::Stderr(chunk)) => {
+                let _ = std::io::stderr().lock().write_all(&chunk);
+            }
+            Some(Event::Exit(exit)) => outcome.exit = Some(exit),
+            Some(Event::Envelope(kind)) if kind != "native" => {
+                eprintln!("ccctl: note: this command runs {kind} (no OS sandbox)");
+            }
+            _ => {}
+        }
+    }
+    Ok(outcome)
+}
+
+pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bool) -> anyhow::Result<()> {
+    let start = |p: &Option<std::path::PathBuf>| p.as_deref().map(bytes).unwrap_or_default();
+    let call = match action {
+        ToolAction::List => {
+            let run = client.get_run(pb::GetRunRequest { id: run_id }).await.map_err(rpc_error)?.into_inner();
+            if json {
+                println!("{}", json!(run.tools));
+            } else {
+                run.tools.iter().for_each(|t| println!("{t}"));
+            }
+            return Ok(());
+        }
+        ToolAction::Bash { timeout, command } => {
+            let line = if command.len() == 1 {
+                command[0].clone()
+            } else {
+                shlex::try_join(command.iter().map(String::as_str))?
+            };
+            let outcome = bash(&mut client, &run_id, line, timeout).await?;
+            return match outcome.status()? {
+                0 => Ok(()),
+                code => Err(ExitWith::silent(code)),
+            };
+        }
+        ToolAction::Read { path, offset, limit } => Call::Read(rn::ReadCall { path: bytes(&path), offset, limit }),
+        ToolAction::Write { path } => {
+            Call::Write(rn::WriteCall { path: bytes(&path), content: stdin_text("content")? })
+        }
+        ToolAction::Edit { path, old, new } => Call::Edit(rn::EditCall { path: bytes(&path), old, new }),
+        ToolAction::ApplyPatch => {
+            let patch =
+                String::from_utf8(stdin_text("patch")?).map_err(|_| anyhow!("the patch on stdin is not UTF-8"))?;
+            Call::ApplyPatch(rn::ApplyPatchCall { patch })
+        }
+        ToolAction::Search { pattern, path } => Call::Search(rn::SearchCall { pattern, path: start(&path) }),
+        ToolAction::Find { glob, path } => Call::Find(rn::FindCall { glob, path: start(&path) }),
+        ToolAction::SearchFiles { query, path } => Call::SearchFiles(rn::SearchFilesCall { query, path: start(&path) }),
+    };
+    let request = pb::CallToolRequest { run_id, call: Some(rn::ToolCall { call: Some(call) }) };
+    let mut stream = client.call_tool(request).await.map_err(tool_error)?.into_inner();
+    while let Some(event) = stream.next().await {
+        if let Some(Event::Result(result)) = event.map_err(tool_error)?.event {
+            print_result(result.result, json);
+        }
+    }
+    Ok(())
+}
+
+fn print_result(result: Option<Outcome>, json: bool) {
+    match result {
+        Some(Outcome::Read(r)) if json => println!(
+            "{}",
+            json!({ "text": r.text, "first_line": r.first_line, "lines": r.lines, "more": r.more, "binary": r.binary, "bytes": r.bytes })
+        ),
+        Some(Outcome::Read(r)) if r.binary => println!("(a binary file of {} bytes: not shown)", r.bytes),
+        Some(Outcome::Read(r)) => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(r.text.as_bytes());
+            if r.more {
+                let next = r.first_line + r.lines - 1;
+                eprintln!("ccctl: more lines follow; read on with --offset {next}");
+            }
+        }
+        Some(Outcome::Write(w)) if json => println!("{}", json!({ "bytes": w.bytes })),
+        Some(Outcome::Write(w)) => println!("wrote {} bytes", w.bytes),
+        Some(Outcome::Edit(_)) if json => println!("{}", json!({ "edited": true })),
+        Some(Outcome::Edit(_)) => println!("edited"),
+        Some(Outcome::Patch(p)) if json => println!(
+            "{}",
+            serde_json::Value::Array(
+                p.changes.iter().map(|c| json!({ "path": lossy(&c.path), "change": c.change })).collect()
+            )
+        ),
+        Some(Outcome::Patch(p)) => p.changes.iter().for_each(|c| println!("{} {}", c.change, lossy(&c.path))),
+        Some(Outcome::Search(s)) if json => println!(
+            "{}",
+            json!({ "hits": s.hits.iter().map(|h| json!({ "path": lossy(&h.path), "line": h.line, "text": h.text })).collect::<Vec<_>>(), "truncated": s.truncated })
+        ),
+        Some(Outcome::Search(s)) => {
+            for h in &s.hits {
+                println!("{}:{}:{}", lossy(&h.path), h.line, h.text.trim_end_matches('\n'));
+            }
+            if s.truncated {
+                eprintln!("ccctl: more matches than shown; narrow the pattern or --path");
+            }
+        }
+        Some(Outcome::Paths(p)) if json => {
+            println!(
+                "{}",
+                json!({ "paths": p.paths.iter().map(|x| lossy(x)).collect::<Vec<_>>(), "truncated": p.truncated })
+            )
+        }
+        Some(Outcome::Paths(p)) => {
+            p.paths.iter().for_each(|x| println!("{}", lossy(x)));
+            if p.truncated {
+                eprintln!("ccctl: more paths than shown; narrow the query or --path");
+            }
+        }
+        None => {}
+    }
+}

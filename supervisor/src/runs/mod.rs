@@ -1,0 +1,470 @@
+//! Runs: one agent execution in a conversation (DESIGN.md §2, §10).
+//!
+//! Starting a run, in order: the conversation's paths are resolved and the agent's
+//! directories made; the run's policy is registered with sandboxd; the run's runner is
+//! started (the helper handshake: HELLO, bootstrap with its roots and a secret of its
+//! own, READY) and reached only at its pid; then the row and `run_started`. A failure at
+//! any step undoes the steps before it.
+//!
+//! One task per run owns the runner process and waits on it: a runner that exits on its
+//! own fails the run; a stop request kills it. Either way [`RunManager::finish`]
+//! unregisters the run from sandboxd (which kills every process of it), removes the
+//! runner's socket and records `run_ended` with the reason.
+
+pub mod record;
+pub mod service;
+pub mod tools;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use cc_policy::Mode;
+use cc_proto::bootstrap::Bootstrap;
+use cc_proto::client::PresentSecret;
+use cc_proto::helper::{MAX_MESSAGE_BYTES, unix_ms};
+use cc_proto::logging::LogFormat;
+use cc_proto::runner::v1::runner_client::RunnerClient;
+use cc_proto::sandboxd::v1 as sb;
+use cc_proto::secret::PeerSecret;
+use serde_json::json;
+use tokio::sync::oneshot;
+use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::channels::HelperChannels;
+use crate::config::RunsConfig;
+use crate::conversations::{Conversations, RunPaths};
+use crate::convert::path_bytes;
+use crate::events::EventLog;
+use crate::gate::Gate;
+use crate::helpers::{SUPERVISOR_PEER, start_process, stop_child};
+use crate::paths::DataDir;
+use crate::store::Store;
+pub use record::{RunRecord, RunState};
+
+pub type RunnerClientWithSecret = RunnerClient<InterceptedService<Channel, PresentSecret>>;
+
+/// What a run start asks for, checked.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    pub conversation: String,
+    pub agent: String,
+    pub mode: Mode,
+    pub adapter: String,
+    pub network: bool,
+}
+
+/// A run whose runner is up.
+pub struct LiveRun {
+    pub record: RunRecord,
+    pub runner_pid: u32,
+    pub runner: RunnerClientWithSecret,
+    /// The conversation's first repository, the scope the gate sees.
+    pub repo: Option<String>,
+    stop: Mutex<Option<oneshot::Sender<StopRequest>>>,
+}
+
+struct StopRequest {
+    reason: String,
+    done: oneshot::Sender<()>,
+}
+
+/// What [`RunManager`] needs from the rest of the supervisor.
+pub struct RunEnv {
+    pub data: DataDir,
+    pub store: Arc<Store>,
+    pub events: Arc<EventLog>,
+    pub conversations: Arc<Conversations>,
+    pub gate: Arc<Gate>,
+    pub channels: Arc<HelperChannels>,
+    pub runner_program: PathBuf,
+    pub config: RunsConfig,
+    pub log_format: LogFormat,
+    /// (ready, stop) for the runner's handshake and its stop.
+    pub timeouts: (Duration, Duration),
+}
+
+pub struct RunManager {
+    env: RunEnv,
+    live: Mutex<HashMap<String, Arc<LiveRun>>>,
+}
+
+fn now() -> i64 {
+    unix_ms(SystemTime::now())
+}
+
+fn internal(what: &str) -> impl FnOnce(crate::store::StoreError) -> Status + '_ {
+    move |e| Status::internal(format!("{what}: {e}"))
+}
+
+/// The policy sandboxd builds every envelope of the run from.
+pub fn sandbox_policy(run_id: &str, paths: &RunPaths) -> sb::RunPolicy {
+    sb::RunPolicy {
+        run_id: run_id.to_owned(),
+        agent_work: path_bytes(&paths.agent_work),
+        agent_config: path_bytes(&paths.agent_config),
+        repos: path_bytes(&paths.repos),
+        attachments: paths.attachments.as_deref().map(path_bytes).unwrap_or_default(),
+        work_dir: path_bytes(&paths.work_dir),
+        write_deny: paths.write_deny.iter().map(|p| path_bytes(p)).collect(),
+        env: Default::default(),
+        bridges: vec![],
+    }
+}
+
+/// The runner's roots, the working directory first: the agent may write its working
+/// directory, the conversation's copies and its own work dir, and read attachments.
+fn runner_roots(paths: &RunPaths) -> Result<String, Status> {
+    let mut roots: Vec<(&Path, bool)> = vec![(&paths.work_dir, true), (&paths.repos, true), (&paths.agent_work, true)];
+    if let Some(attachments) = &paths.attachments {
+        roots.push((attachments, false));
+    }
+    let mut seen = std::collections::HashSet::new();
+    roots.retain(|(p, _)| seen.insert(p.to_path_buf()));
+    let roots: Vec<(String, bool)> =
+        roots.into_iter().map(|(p, w)| p.to_str().map(|s| (s.to_owned(), w))).collect::<Option<_>>().ok_or_else(
+            || Status::failed_precondition("a run path is not UTF-8; the runner is told its roots in JSON"),
+        )?;
+    serde_json::to_string(&roots).map_err(|e| Status::internal(e.to_string()))
+}
+
+/// The runner's socket, in a directory of the conversation that the runner makes its
+/// own (as root, the runner is the service user and cannot enter `$DATA/sock`).
+fn runner_socket(data: &DataDir, conversation: &str, run: &str) -> PathBuf {
+    data.conversation_dir(conversation).join("sock").join(format!("{run}.sock"))
+}
+
+/// As root, every launch runs as the unprivileged service user (sandboxd takes the
+/// owner of the working directory): the conversation's files become that user's, and
+/// the directories above them traversable (0711: nobody can list or read them). The
+/// rest of the data directory (state.db, sockets, config) stays root's alone.
+fn hand_to_service_user(data: &DataDir, conversation: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let (uid, gid) = cc_sandboxd::probe::UNPRIVILEGED;
+    for dir in [data.root().to_owned(), data.conversations_dir(), data.root().join("workspaces")] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
+    }
+    let _ = std::fs::set_permissions(data.state_db(), std::fs::Permissions::from_mode(0o600));
+    let top = data.conversation_dir(conversation);
+    for entry in walkdir::WalkDir::new(&top).follow_links(false) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        std::os::unix::fs::lchown(entry.path(), Some(uid), Some(gid))?;
+    }
+    Ok(())
+}
+
+fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) if s.signal().is_some() => format!("signal {}", s.signal().unwrap_or_default()),
+        Some(s) => format!("code {}", s.code().unwrap_or_default()),
+        None => "status unknown".into(),
+    }
+}
+
+impl RunManager {
+    /// Runs the store says are live were live under a supervisor that is gone: their
+    /// runners died with it (PDEATHSIG). They are marked failed before anything serves.
+    pub fn new(env: RunEnv) -> Arc<Self> {
+        if let Ok(runs) = env.store.runs(None) {
+            for run in runs.into_iter().filter(|r| r.state.is_live()) {
+                let reason = "the supervisor stopped while the run was live";
+                if env.store.end_run(&run.id, RunState::Failed, now(), reason).is_ok() {
+                    env.events.record(
+                        "run_ended",
+                        &format!("run:{}", run.id),
+                        json!({ "state": "failed", "reason": reason }),
+                    );
+                }
+            }
+        }
+        Arc::new(Self { env, live: Mutex::default() })
+    }
+
+    pub fn config(&self) -> &RunsConfig {
+        &self.env.config
+    }
+
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.env.gate
+    }
+
+    pub fn events(&self) -> &Arc<EventLog> {
+        &self.env.events
+    }
+
+    pub fn channels(&self) -> &Arc<HelperChannels> {
+        &self.env.channels
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LiveRun>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn live_run(&self, id: &str) -> Option<Arc<LiveRun>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// A live run, or why the id names none.
+    pub fn require_live(&self, id: &str) -> Result<Arc<LiveRun>, Status> {
+        if let Some(run) = self.live_run(id) {
+            return Ok(run);
+        }
+        match self.env.store.run(id).map_err(internal("cannot read the run"))? {
+            Some(r) => Err(Status::failed_precondition(format!(
+                "run {id} is {} ({}); start a new one with `ccctl run start`",
+                r.state.as_str(),
+                r.end_reason.as_deref().unwrap_or("no reason recorded")
+            ))),
+            None => Err(Status::not_found(format!("no run {:?}", id.chars().take(64).collect::<String>()))),
+        }
+    }
+
+    pub fn record(&self, id: &str) -> Result<RunRecord, Status> {
+        if let Some(live) = self.live_run(id) {
+            return Ok(live.record.clone());
+        }
+        self.env
+            .store
+            .run(id)
+            .map_err(internal("cannot read the run"))?
+            .ok_or_else(|| Status::not_found(format!("no run {:?}", id.chars().take(64).collect::<String>())))
+    }
+
+    pub fn records(&self, conversation: Option<&str>) -> Result<Vec<RunRecord>, Status> {
+        let mut runs = self.env.store.runs(conversation).map_err(internal("cannot list runs"))?;
+        let live = self.lock();
+        for run in &mut runs {
+            if let Some(l) = live.get(&run.id) {
+                *run = l.record.clone();
+            }
+        }
+        Ok(runs)
+    }
+
+    pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<LiveRun>, Status> {
+        if request.adapter != "harness" {
+            return Err(Status::invalid_argument(format!(
+                "unknown adapter {:?}: only `harness` exists so far",
+                request.adapter.chars().take(64).collect::<String>()
+            )));
+        }
+        // The network rule is read once, here: a run never changes it.
+        if request.network {
+            return Err(Status::failed_precondition(
+                "--network on needs the egress proxy, which does not exist yet: runs are network-off (the default)",
+            ));
+        }
+        let id = format!("r{}", &PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..15]);
+        let (conversation, agent) = (request.conversation.clone(), request.agent.clone());
+        let conversations = self.env.conversations.clone();
+        let (paths, record) = tokio::task::spawn_blocking(move || {
+            let record = conversations.conversation(&conversation)?;
+            Ok::<_, crate::conversations::ConversationError>((conversations.run_paths(&conversation, &agent)?, record))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(Status::from)?;
+        let roots = runner_roots(&paths)?;
+        if nix::unistd::geteuid().is_root() {
+            let (data, conversation) = (self.env.data.clone(), record.id.clone());
+            tokio::task::spawn_blocking(move || hand_to_service_user(&data, &conversation))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::internal(format!("cannot hand the run's directories to the service user: {e}")))?;
+        }
+
+        let mut sandboxd = self.env.channels.sandboxd().await?;
+        sandboxd.register_run(sandbox_policy(&id, &paths)).await?;
+        let socket = runner_socket(&self.env.data, &record.id, &id);
+        let started = self.start_runner(&id, roots, &socket).await;
+        let (child, pid, runner) = match started {
+            Ok(up) => up,
+            Err(status) => {
+                let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.clone() }).await;
+                return Err(status);
+            }
+        };
+        let run = RunRecord {
+            id: id.clone(),
+            conversation: record.id.clone(),
+            workspace: record.workspace.clone(),
+            agent: request.agent.clone(),
+            mode: request.mode,
+            adapter: request.adapter.clone(),
+            network: false,
+            state: RunState::Running,
+            work_dir: paths.work_dir.clone(),
+            started_unix_ms: now(),
+            ended_unix_ms: None,
+            end_reason: None,
+        };
+        if let Err(e) = self.env.store.insert_run(&run) {
+            let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.clone() }).await;
+            return Err(Status::internal(format!("cannot record the run: {e}")));
+        }
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let live = Arc::new(LiveRun {
+            record: run,
+            runner_pid: pid,
+            runner,
+            repo: record.repos.first().map(|r| r.name.clone()),
+            stop: Mutex::new(Some(stop_tx)),
+        });
+        self.lock().insert(id.clone(), live.clone());
+        self.env.events.record(
+            "run_started",
+            &format!("run:{id}"),
+            json!({
+                "conversation": record.id,
+                "agent": request.agent,
+                "mode": request.mode.as_str(),
+                "adapter": request.adapter,
+                "network": false,
+                "runner_pid": pid,
+            }),
+        );
+        tokio::spawn(self.clone().watch(id, child, stop_rx));
+        Ok(live)
+    }
+
+    async fn start_runner(
+        &self,
+        id: &str,
+        roots: String,
+        socket: &Path,
+    ) -> Result<(tokio::process::Child, u32, RunnerClientWithSecret), Status> {
+        let secret = PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?;
+        let socket = socket.to_owned();
+        let bootstrap = Bootstrap {
+            name: "runner".into(),
+            socket: socket.clone(),
+            data_dir: self.env.data.root().to_owned(),
+            log_format: self.env.log_format,
+            peers: [(SUPERVISOR_PEER.to_owned(), secret.clone())].into(),
+            supervisor_pid: std::process::id(),
+            options: BTreeMap::from([("roots".to_owned(), roots), ("run".to_owned(), id.to_owned())]),
+        };
+        // As root, the runner runs as the service user too: it holds no capability, so
+        // it could not open the run's directories as root anyway.
+        let user = nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED);
+        let mut child = start_process(&self.env.runner_program, &[], &bootstrap, self.env.timeouts, "runner", user)
+            .await
+            .map_err(|f| Status::unavailable(format!("the run's runner did not start: {}", f.message)))?;
+        let pid = child.id().unwrap_or(0);
+        match cc_proto::client::connect_checked(&socket, Some(pid)).await {
+            Ok(channel) => {
+                let auth = PresentSecret::new(SUPERVISOR_PEER, &secret);
+                let client = RunnerClient::new(InterceptedService::new(channel, auth))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                Ok((child, pid, client))
+            }
+            Err(e) => {
+                stop_child(&mut child, self.env.timeouts.1).await;
+                cc_proto::socket::remove_socket(&socket);
+                Err(Status::unavailable(format!("cannot reach the run's runner: {e}")))
+            }
+        }
+    }
+
+    /// Owns the runner process until the run ends.
+    async fn watch(
+        self: Arc<Self>,
+        id: String,
+        mut child: tokio::process::Child,
+        stop: oneshot::Receiver<StopRequest>,
+    ) {
+        let (state, reason, done) = tokio::select! {
+            status = child.wait() => {
+                (RunState::Failed, format!("its runner exited ({})", describe_exit(status.ok())), None)
+            }
+            request = stop => match request {
+                Ok(StopRequest { reason, done }) => {
+                    stop_child(&mut child, self.env.timeouts.1).await;
+                    (RunState::Stopped, reason, Some(done))
+                }
+                // The manager went away (shutdown without a stop): the runner goes too.
+                Err(_) => {
+                    stop_child(&mut child, self.env.timeouts.1).await;
+                    (RunState::Stopped, "the supervisor shut down".to_owned(), None)
+                }
+            },
+        };
+        self.finish(&id, state, &reason).await;
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+
+    async fn finish(&self, id: &str, state: RunState, reason: &str) {
+        let live = self.lock().remove(id);
+        // sandboxd kills whatever of the run still runs (bash calls and their children).
+        let killed = match self.env.channels.sandboxd().await {
+            Ok(mut sandboxd) => sandboxd
+                .unregister_run(sb::UnregisterRunRequest { run_id: id.to_owned() })
+                .await
+                .map(|r| r.into_inner().killed)
+                .unwrap_or(0),
+            Err(_) => 0,
+        };
+        if let Some(live) = &live {
+            cc_proto::socket::remove_socket(&runner_socket(&self.env.data, &live.record.conversation, id));
+        }
+        if let Err(e) = self.env.store.end_run(id, state, now(), reason) {
+            tracing::error!(run = id, error = %e, "cannot record the end of a run");
+        }
+        self.env.events.record(
+            "run_ended",
+            &format!("run:{id}"),
+            json!({
+                "state": state.as_str(),
+                "reason": reason,
+                "conversation": live.as_ref().map(|l| l.record.conversation.clone()),
+                "processes_killed": killed,
+            }),
+        );
+    }
+
+    /// Stops a live run and waits until it has ended.
+    pub async fn stop(&self, id: &str, reason: &str) -> Result<(), Status> {
+        let live = self.require_live(id)?;
+        let sender = live.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(sender) = sender else {
+            return Err(Status::failed_precondition(format!("run {id} is already stopping")));
+        };
+        let (done, finished) = oneshot::channel();
+        if sender.send(StopRequest { reason: reason.to_owned(), done }).is_ok() {
+            let _ = finished.await;
+        }
+        Ok(())
+    }
+
+    /// Stops every live run of a conversation (before it is removed).
+    pub async fn stop_conversation(&self, conversation: &str, reason: &str) {
+        let ids: Vec<String> = self
+            .lock()
+            .values()
+            .filter(|r| r.record.conversation == conversation)
+            .map(|r| r.record.id.clone())
+            .collect();
+        for id in ids {
+            let _ = self.stop(&id, reason).await;
+        }
+    }
+
+    /// Stops every live run (supervisor shutdown), all within `within`.
+    pub async fn stop_all(&self, within: Duration) {
+        let ids: Vec<String> = self.lock().keys().cloned().collect();
+        let all = async {
+            for id in ids {
+                let _ = self.stop(&id, "the supervisor shut down").await;
+            }
+        };
+        if tokio::time::timeout(within, all).await.is_err() {
+            tracing::warn!("runs not stopped within the shutdown deadline");
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The `runs` table: one row per run, kept after it ends.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use cc_policy::Mode;
+use rusqlite::{OptionalExtension, params};
+
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    Starting,
+    Running,
+    Stopped,
+    Failed,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Starting => "starting",
+            RunState::Running => "running",
+            RunState::Stopped => "stopped",
+            RunState::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "starting" => RunState::Starting,
+            "running" => RunState::Running,
+            "stopped" => RunState::Stopped,
+            _ => RunState::Failed,
+        }
+    }
+
+    pub fn is_live(self) -> bool {
+        matches!(self, RunState::Starting | RunState::Running)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    pub id: String,
+    pub conversation: String,
+    pub workspace: String,
+    pub agent: String,
+    pub mode: Mode,
+    pub adapter: String,
+    pub network: bool,
+    pub state: RunState,
+    pub work_dir: PathBuf,
+    pub started_unix_ms: i64,
+    pub ended_unix_ms: Option<i64>,
+    pub end_reason: Option<String>,
+}
+
+const COLUMNS: &str = "id, conversation, workspace, agent, mode, adapter, network, state, work_dir, \
+                       started_unix_ms, ended_unix_ms, end_reason";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let mode: String = r.get(4)?;
+    let state: String = r.get(7)?;
+    let work_dir: Vec<u8> = r.get(8)?;
+    Ok(RunRecord {
+        id: r.get(0)?,
+        conversation: r.get(1)?,
+        workspace: r.get(2)?,
+        agent: r.get(3)?,
+        // Written by us from a Mode; a hand-edited value reads as the strictest.
+        mode: mode.parse().unwrap_or(Mode::Plan),
+        adapter: r.get(5)?,
+        network: r.get(6)?,
+        state: RunState::parse(&state),
+        work_dir: PathBuf::from(std::ffi::OsStr::from_bytes(&work_dir)),
+        started_unix_ms: r.get(9)?,
+        ended_unix_ms: r.get(10)?,
+        end_reason: r.get(11)?,
+    })
+}
+
+impl Store {
+    pub fn insert_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            &format!("INSERT INTO runs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+            params![
+                run.id,
+                run.conversation,
+                run.workspace,
+                run.agent,
+                run.mode.as_str(),
+                run.adapter,
+                run.network,
+                run.state.as_str(),
+                run.work_dir.as_os_str().as_bytes(),
+                run.started_unix_ms,
+                run.ended_unix_ms,
+                run.end_reason,
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_run_state(&self, id: &str, state: RunState) -> Result<(), StoreError> {
+        self.conn()?.execute("UPDATE runs SET state = ?2 WHERE id = ?1", params![id, state.as_str()])?;
+        Ok(())
+    }
+
+    pub fn end_run(&self, id: &str, state: RunState, ended_unix_ms: i64, reason: &str) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE runs SET state = ?2, ended_unix_ms = ?3, end_reason = ?4 WHERE id = ?1",
+            params![id, state.as_str(), ended_unix_ms, reason],
+        )?;
+        Ok(())
+    }
+
+    pub fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let conn = self.conn()?;
+        Ok(conn.query_row(&format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"), [id], row).optional()?)
+    }
+
+    /// Newest first; `conversation` filters when given.
+    pub fn runs(&self, conversation: Option<&str>) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM runs WHERE ?1 IS NULL OR conversation = ?1 ORDER BY started_unix_ms DESC, id"
+        ))?;
+        let rows = stmt.query_map([conversation], row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_recorded_and_ended() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("state.db")).unwrap();
+        let run = RunRecord {
+            id: "r1".into(),
+            conversation: "c1".into(),
+            workspace: "default".into(),
+            agent: "default".into(),
+            mode: Mode::Review,
+            adapter: "harness".into(),
+            network: false,
+            state: RunState::Running,
+            work_dir: PathBuf::from("/w"),
+            started_unix_ms: 5,
+            ended_unix_ms: None,
+            end_reason: None,
+        };
+        store.insert_run(&run).unwrap();
+        assert_eq!(store.run("r1").unwrap().unwrap(), run);
+        store.end_run("r1", RunState::Failed, 9, "runner exited").unwrap();
+        let ended = store.run("r1").unwrap().unwrap();
+        assert_eq!(
+            (ended.state, ended.ended_unix_ms, ended.end_reason.as_deref()),
+            (RunState::Failed, Some(9), Some("runner exited"))
+        );
+        assert_eq!(store.runs(Some("c1")).unwrap().len(), 1);
+        assert_eq!(store.runs(Some("c2")).unwrap().len(), 0);
+        assert!(store.run("nope").unwrap().is_none());
+    }
+}

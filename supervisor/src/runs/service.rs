@@ -1,0 +1,97 @@
+//! `cc.supervisor.v1.Runs` on the client API socket: the RPC edge of [`RunManager`].
+
+use std::sync::Arc;
+
+use cc_proto::supervisor::v1 as pb;
+use cc_proto::supervisor::v1::runs_server::Runs;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::{RunManager, RunRecord, RunState, StartRequest};
+use crate::convert::path_bytes;
+use crate::gate::wire;
+use crate::names;
+
+pub struct RunsService {
+    manager: Arc<RunManager>,
+}
+
+impl RunsService {
+    pub fn new(manager: Arc<RunManager>) -> Self {
+        Self { manager }
+    }
+
+    fn to_proto(&self, r: RunRecord) -> pb::Run {
+        let runner_pid = self.manager.live_run(&r.id).map(|l| l.runner_pid).unwrap_or(0);
+        let tools = cc_policy::tools::registry(r.mode, r.network).iter().map(|t| t.name.to_owned()).collect();
+        pb::Run {
+            state: match r.state {
+                RunState::Starting => pb::RunState::Starting,
+                RunState::Running => pb::RunState::Running,
+                RunState::Stopped => pb::RunState::Stopped,
+                RunState::Failed => pb::RunState::Failed,
+            } as i32,
+            mode: wire::mode(r.mode) as i32,
+            work_dir: path_bytes(&r.work_dir),
+            id: r.id,
+            conversation: r.conversation,
+            agent: r.agent,
+            adapter: r.adapter,
+            network: r.network,
+            runner_pid,
+            started_unix_ms: r.started_unix_ms,
+            ended_unix_ms: r.ended_unix_ms.unwrap_or(0),
+            end_reason: r.end_reason.unwrap_or_default(),
+            tools,
+            workspace: r.workspace,
+        }
+    }
+}
+
+fn or_default(value: String, default: &str) -> String {
+    if value.is_empty() { default.to_owned() } else { value }
+}
+
+#[tonic::async_trait]
+impl Runs for RunsService {
+    async fn start_run(&self, request: Request<pb::StartRunRequest>) -> Result<Response<pb::Run>, Status> {
+        let r = request.into_inner();
+        let agent = or_default(r.agent, "default");
+        names::check("agent", &agent).map_err(Status::invalid_argument)?;
+        let request = StartRequest {
+            conversation: r.conversation,
+            agent,
+            mode: wire::mode_from(r.mode)?,
+            adapter: or_default(r.adapter, "harness"),
+            network: r.network,
+        };
+        let live = self.manager.start(request).await?;
+        Ok(Response::new(self.to_proto(live.record.clone())))
+    }
+
+    async fn list_runs(&self, request: Request<pb::ListRunsRequest>) -> Result<Response<pb::ListRunsResponse>, Status> {
+        let conversation = request.into_inner().conversation;
+        let filter = (!conversation.is_empty()).then_some(conversation.as_str());
+        let runs = self.manager.records(filter)?.into_iter().map(|r| self.to_proto(r)).collect();
+        Ok(Response::new(pb::ListRunsResponse { runs }))
+    }
+
+    async fn get_run(&self, request: Request<pb::GetRunRequest>) -> Result<Response<pb::Run>, Status> {
+        let record = self.manager.record(&request.into_inner().id)?;
+        Ok(Response::new(self.to_proto(record)))
+    }
+
+    async fn stop_run(&self, request: Request<pb::StopRunRequest>) -> Result<Response<pb::Run>, Status> {
+        let id = request.into_inner().id;
+        self.manager.stop(&id, "stopped on request").await?;
+        Ok(Response::new(self.to_proto(self.manager.record(&id)?)))
+    }
+
+    type CallToolStream = ReceiverStream<Result<pb::ToolEvent, Status>>;
+
+    async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
+        let r = request.into_inner();
+        let call = r.call.ok_or_else(|| Status::invalid_argument("the request has no call"))?;
+        Ok(Response::new(self.manager.call_tool(&r.run_id, call).await?))
+    }
+}

@@ -1,0 +1,252 @@
+//! One tool call of a run: the gate first, then the runner (file tools) or sandboxd's
+//! harness_bash envelope (bash). Nothing is done for a call the gate did not allow.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use cc_policy::{Action, Decision, Scope};
+use cc_proto::runner::v1 as rn;
+use cc_proto::runner::v1::tool_call::Call;
+use cc_proto::sandboxd::v1 as sb;
+use cc_proto::sandboxd::v1::launch_event::Event as LaunchEvent;
+use cc_proto::supervisor::v1 as pb;
+use cc_proto::supervisor::v1::tool_event::Event;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use super::{LiveRun, RunManager};
+use crate::gate::Request as GateRequest;
+
+/// What the gate is told about a call: the tool, the paths it names, its command line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Described {
+    pub tool: &'static str,
+    pub paths: Vec<String>,
+    pub command_line: Option<String>,
+}
+
+fn shown(bytes: &[u8]) -> String {
+    Path::new(OsStr::from_bytes(bytes)).to_string_lossy().into_owned()
+}
+
+/// The file names a unified diff touches, as its `---`/`+++` lines give them.
+fn patch_paths(patch: &str) -> Vec<String> {
+    let mut paths: Vec<String> = patch
+        .lines()
+        .filter_map(|l| l.strip_prefix("+++ ").or_else(|| l.strip_prefix("--- ")))
+        .map(|name| name.split('\t').next().unwrap_or(name).trim_end())
+        .filter(|name| *name != "/dev/null")
+        .map(|name| name.strip_prefix("a/").or_else(|| name.strip_prefix("b/")).unwrap_or(name).to_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+pub fn describe(call: &rn::ToolCall) -> Result<Described, Status> {
+    let d = |tool, paths: Vec<String>| Described { tool, paths, command_line: None };
+    let start = |p: &[u8]| if p.is_empty() { vec![".".to_owned()] } else { vec![shown(p)] };
+    Ok(match call.call.as_ref().ok_or_else(|| Status::invalid_argument("the call names no tool"))? {
+        Call::Read(r) => d("read", vec![shown(&r.path)]),
+        Call::Write(w) => d("write", vec![shown(&w.path)]),
+        Call::Edit(e) => d("edit", vec![shown(&e.path)]),
+        Call::ApplyPatch(p) => d("apply_patch", patch_paths(&p.patch)),
+        Call::Search(s) => d("search", start(&s.path)),
+        Call::Find(f) => d("find", start(&f.path)),
+        Call::SearchFiles(f) => d("search_files", start(&f.path)),
+        Call::Bash(b) => Described { tool: "bash", paths: vec![], command_line: Some(b.command.clone()) },
+    })
+}
+
+type Events = ReceiverStream<Result<pb::ToolEvent, Status>>;
+
+fn one(event: Event) -> Events {
+    let (tx, rx) = mpsc::channel(1);
+    let _ = tx.try_send(Ok(pb::ToolEvent { event: Some(event) }));
+    ReceiverStream::new(rx)
+}
+
+impl RunManager {
+    /// Asks the gate; `Ok` only for an allow. A tool with no effect classes (the
+    /// read-only ones) is evaluated without an event when allowed, so a thousand reads
+    /// do not write a thousand rows; every other decision is recorded by the gate.
+    async fn ask_gate(&self, run: &LiveRun, described: &Described) -> Result<(), Status> {
+        let effects = cc_policy::tools::TOOLS
+            .iter()
+            .find(|t| t.name == described.tool)
+            .map(|t| t.effects.iter().copied().collect())
+            .unwrap_or_default();
+        let action = Action {
+            effects,
+            scope: Scope { repo: run.repo.clone(), paths: described.paths.clone(), ..Default::default() },
+            mode: run.record.mode,
+            tool: Some(described.tool.to_owned()),
+            command_line: described.command_line.clone(),
+            egress: false,
+        };
+        let quiet = action.effects.is_empty() && action.command_line.is_none();
+        if quiet && self.gate().evaluate(&action, &run.record.workspace).decision == Decision::Allow {
+            return Ok(());
+        }
+        let summary = match &described.command_line {
+            Some(line) => format!("bash: {}", line.chars().take(200).collect::<String>()),
+            None => format!("{} {}", described.tool, described.paths.join(" ")),
+        };
+        let request =
+            GateRequest { action, workspace: run.record.workspace.clone(), run_id: run.record.id.clone(), summary };
+        let decided = self.gate().decide(request).await;
+        match decided.decision {
+            Decision::Allow => Ok(()),
+            _ => Err(Status::permission_denied(format!("denied: {}", decided.reason))),
+        }
+    }
+
+    pub async fn call_tool(self: &Arc<Self>, run_id: &str, call: rn::ToolCall) -> Result<Events, Status> {
+        let run = self.require_live(run_id)?;
+        let described = describe(&call)?;
+        self.ask_gate(&run, &described).await?;
+        if let Some(Call::Bash(bash)) = call.call {
+            return self.bash(&run, bash).await;
+        }
+        let mut runner = run.runner.clone();
+        match runner.call(call).await {
+            Ok(result) => Ok(one(Event::Result(result.into_inner()))),
+            Err(status) if status.code() == tonic::Code::PermissionDenied => {
+                self.events().record(
+                    "tool_refused",
+                    &format!("run:{run_id}"),
+                    json!({ "tool": described.tool, "paths": described.paths, "reason": status.message() }),
+                );
+                Err(status)
+            }
+            Err(status) if matches!(status.code(), tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument) => {
+                Err(status)
+            }
+            Err(status) => Err(Status::unavailable(format!(
+                "the run's runner did not answer ({}); if it died, the run is marked failed: start a new run",
+                status.message()
+            ))),
+        }
+    }
+
+    /// bash: in the run's harness_bash envelope, with the configured timeout and
+    /// output cap. Over the cap, the rest is dropped and closing sandboxd's stream kills
+    /// the command's whole process group.
+    async fn bash(&self, run: &LiveRun, call: rn::BashCall) -> Result<Events, Status> {
+        let config = self.config();
+        let timeout = match call.timeout_seconds {
+            0 => config.bash_timeout_seconds,
+            t if t > config.bash_max_timeout_seconds => {
+                return Err(Status::invalid_argument(format!(
+                    "a timeout of {t} s is over the configured maximum of {} s",
+                    config.bash_max_timeout_seconds
+                )));
+            }
+            t => t,
+        };
+        let cap = config.bash_output_cap_bytes;
+        let mut sandboxd = self.channels().sandboxd().await?;
+        let request = sb::LaunchRequest {
+            run_id: run.record.id.clone(),
+            kind: sb::DispatchKind::HarnessBash as i32,
+            argv: vec![b"bash".to_vec(), b"-c".to_vec(), call.command.into_bytes()],
+            timeout_seconds: timeout,
+        };
+        let mut launched = sandboxd.launch(request).await?.into_inner();
+        let (tx, rx) = mpsc::channel(64);
+        let events = self.events().clone();
+        let subject = format!("run:{}", run.record.id);
+        tokio::spawn(async move {
+            let send = |event| {
+                let tx = tx.clone();
+                async move { tx.send(Ok(pb::ToolEvent { event: Some(event) })).await.is_ok() }
+            };
+            let mut written: u64 = 0;
+            loop {
+                let next = tokio::select! {
+                    next = launched.next() => next,
+                    _ = tx.closed() => return,
+                };
+                let event = match next {
+                    None => break,
+                    Some(Err(status)) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                    Some(Ok(e)) => e.event,
+                };
+                let forwarded = match event {
+                    Some(LaunchEvent::Stdout(chunk)) | Some(LaunchEvent::Stderr(chunk))
+                        if written + chunk.len() as u64 > cap =>
+                    {
+                        let keep = (cap - written) as usize;
+                        let _ = send(Event::Stderr(chunk[..keep].to_vec())).await;
+                        let _ = send(Event::Exit(pb::BashExit {
+                            code: None,
+                            signal: Some(9),
+                            timed_out: false,
+                            truncated: true,
+                        }))
+                        .await;
+                        // Dropping the stream kills the command.
+                        return;
+                    }
+                    Some(LaunchEvent::Stdout(chunk)) => {
+                        written += chunk.len() as u64;
+                        send(Event::Stdout(chunk)).await
+                    }
+                    Some(LaunchEvent::Stderr(chunk)) => {
+                        written += chunk.len() as u64;
+                        send(Event::Stderr(chunk)).await
+                    }
+                    Some(LaunchEvent::Envelope(kind)) => send(Event::Envelope(kind)).await,
+                    Some(LaunchEvent::Violation(v)) => {
+                        events.record(
+                            "sandbox_violation",
+                            &subject,
+                            json!({ "attempted": v.attempted, "blocked_by": v.blocked_by, "line": v.line, "tool": "bash" }),
+                        );
+                        true
+                    }
+                    Some(LaunchEvent::Exit(exit)) => {
+                        send(Event::Exit(pb::BashExit {
+                            code: exit.code,
+                            signal: exit.signal,
+                            timed_out: exit.timed_out,
+                            truncated: false,
+                        }))
+                        .await
+                    }
+                    None => true,
+                };
+                if !forwarded {
+                    return;
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_sees_every_path_a_call_names() {
+        let call = |c| rn::ToolCall { call: Some(c) };
+        let patch = "--- a/src/x.rs\n+++ b/src/x.rs\n@@ -1 +1 @@\n-a\n+b\n--- /dev/null\n+++ b/new.txt\t2024\n";
+        let d = describe(&call(Call::ApplyPatch(rn::ApplyPatchCall { patch: patch.into() }))).unwrap();
+        assert_eq!((d.tool, d.paths), ("apply_patch", vec!["new.txt".to_owned(), "src/x.rs".to_owned()]));
+        let d = describe(&call(Call::Find(rn::FindCall { glob: "*.rs".into(), path: vec![] }))).unwrap();
+        assert_eq!(d.paths, vec!["."]);
+        let d = describe(&call(Call::Bash(rn::BashCall { command: "ls".into(), timeout_seconds: 0 }))).unwrap();
+        assert_eq!((d.tool, d.command_line.as_deref()), ("bash", Some("ls")));
+        assert!(describe(&rn::ToolCall { call: None }).is_err());
+    }
+}
