@@ -142,8 +142,19 @@ fn runner_socket(data: &DataDir, conversation: &str, run: &str) -> PathBuf {
 /// the directories above them traversable (0711: nobody can list or read them). The
 /// rest of the data directory (state.db, sockets, config) stays root's alone.
 fn hand_to_service_user(data: &DataDir, conversation: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     let (uid, gid) = cc_sandboxd::probe::UNPRIVILEGED;
+    for ancestor in data.root().ancestors().skip(1) {
+        let mode = std::fs::metadata(ancestor)?.mode();
+        if mode & 0o001 == 0 {
+            return Err(std::io::Error::other(format!(
+                "{} is not searchable by others, so the service user (uid {uid}) cannot reach the data directory; \
+                 `chmod o+x` it or choose a data directory under searchable paths (e.g. /var/lib/control-center)",
+                ancestor.display()
+            )));
+        }
+    }
     for dir in [data.root().to_owned(), data.conversations_dir(), data.root().join("workspaces")] {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
     }

@@ -1,0 +1,271 @@
+//! Runs end to end with the real binaries: ccctl → supervisor → gate → runner or
+//! sandboxd's harness_bash envelope, on a conversation's copy of a real checkout.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cc_tests::fs::{make_checkout, snapshot};
+use cc_tests::{Options, Supervisor, bin};
+
+struct Fixture {
+    sup: Supervisor,
+    checkout: PathBuf,
+    conversation: String,
+    _tmp: tempfile::TempDir,
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn fixture(config: Option<&str>) -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = make_checkout(&tmp.path().join("checkout"));
+    let options = Options { config: config.map(str::to_owned), ..Default::default() };
+    let sup = Supervisor::start_on(&tmp.path().join("data"), options);
+    assert!(sup.ccctl(&["repo", "add", checkout.to_str().unwrap(), "--name", "demo"]).status.success());
+    let out = sup.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let conversation = text(&out).0.trim().to_owned();
+    Fixture { sup, checkout, conversation, _tmp: tmp }
+}
+
+impl Fixture {
+    fn start_run(&self, mode: &str) -> String {
+        let out = self.sup.ccctl(&["run", "start", "--conversation", &self.conversation, "--mode", mode]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        text(&out).0.trim().to_owned()
+    }
+
+    fn tool(&self, run: &str, args: &[&str]) -> Output {
+        let mut all = vec!["tool", run];
+        all.extend_from_slice(args);
+        self.sup.ccctl(&all)
+    }
+
+    fn tool_stdin(&self, run: &str, args: &[&str], stdin: &str) -> Output {
+        let mut child = Command::new(bin("ccctl"))
+            .arg("--data-dir")
+            .arg(&self.sup.data_dir)
+            .args(["tool", run])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn copy(&self) -> PathBuf {
+        std::fs::canonicalize(self.sup.data_dir.join(format!("conversations/{}/repos/demo", self.conversation)))
+            .unwrap()
+    }
+}
+
+fn assert_refused(out: &Output, word: &str, what: &str) {
+    let (_, err) = text(out);
+    assert_eq!(out.status.code(), Some(125), "{what}: {err}");
+    assert!(err.starts_with(&format!("ccctl: {word}: ")), "{what}: {err}");
+}
+
+#[test]
+fn file_tools_stay_inside_the_run_and_the_checkout_is_untouched() {
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    let before = snapshot(&f.checkout);
+    let outside = f.checkout.parent().unwrap().join("outside.txt");
+    std::fs::write(&outside, "outside\n").unwrap();
+    let copy = f.copy();
+
+    let out = f.tool(&run, &["read", "src/nested/lib.rs"]);
+    assert_eq!(text(&out).0, "pub fn f() {}\n", "{}", text(&out).1);
+    let checkout = f.checkout.to_str().unwrap().to_owned();
+    let outside_s = outside.to_str().unwrap().to_owned();
+    let escapes = [
+        "/etc/passwd".to_owned(),
+        "../../../../../../etc/passwd".to_owned(),
+        "src/../../../outside.txt".to_owned(),
+        outside_s.clone(),
+        format!("{checkout}/README.md"),
+        format!("{}/../../../outside.txt", copy.display()),
+        "link-outside".to_owned(),
+        "/proc/self/root/etc/passwd".to_owned(),
+    ];
+    for path in &escapes {
+        assert_refused(&f.tool(&run, &["read", path]), "refused", &format!("read {path}"));
+        assert_refused(&f.tool_stdin(&run, &["write", path], "pwned\n"), "refused", &format!("write {path}"));
+        assert_refused(
+            &f.tool(&run, &["edit", path, "--old", "outside", "--new", "pwned"]),
+            "refused",
+            &format!("edit {path}"),
+        );
+    }
+    for protected in [".git/config", ".git/hooks/pre-commit"] {
+        assert_refused(&f.tool_stdin(&run, &["write", protected], "x\n"), "refused", protected);
+    }
+    let patch = format!("--- a/{outside_s}\n+++ b/{outside_s}\n@@ -1 +1 @@\n-outside\n+pwned\n");
+    assert_refused(&f.tool_stdin(&run, &["apply-patch"], &patch), "refused", "apply_patch outside");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
+    assert_eq!(snapshot(&f.checkout), before, "the registered checkout is unchanged");
+
+    // Inside, the tools work.
+    assert!(f.tool_stdin(&run, &["write", "notes/new.txt"], "one\ntwo\n").status.success());
+    assert!(f.tool(&run, &["edit", "notes/new.txt", "--old", "two", "--new", "three"]).status.success());
+    assert_eq!(std::fs::read_to_string(copy.join("notes/new.txt")).unwrap(), "one\nthree\n");
+    let found = text(&f.tool(&run, &["find", "*.rs"])).0;
+    assert!(found.contains("src/nested/lib.rs"), "{found}");
+    let hits = text(&f.tool(&run, &["search", "pub fn"])).0;
+    assert!(hits.contains("src/nested/lib.rs:1:pub fn f() {}"), "{hits}");
+    let fuzzy = text(&f.tool(&run, &["search-files", "nestlib"])).0;
+    assert_eq!(fuzzy.lines().next().map(|l| l.trim_start_matches("./")), Some("src/nested/lib.rs"), "{fuzzy}");
+    let events = text(&f.sup.ccctl(&["--json", "events"])).0;
+    assert!(events.contains("tool_refused"), "refusals are events");
+}
+
+#[test]
+fn apply_patch_is_all_or_nothing() {
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    let copy = f.copy();
+    std::fs::write(copy.join("a.txt"), "a1\n").unwrap();
+    std::fs::write(copy.join("b.txt"), "b1\n").unwrap();
+    std::fs::write(copy.join("c.txt"), "c1\n").unwrap();
+    let patch = "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-a1\n+a2\n\
+                 --- a/b.txt\n+++ b/b.txt\n@@ -1 +1 @@\n-b1\n+b2\n\
+                 --- a/c.txt\n+++ b/c.txt\n@@ -1 +1 @@\n-not what is there\n+c2\n";
+    let out = f.tool_stdin(&run, &["apply-patch"], patch);
+    assert!(!out.status.success());
+    for (name, content) in [("a.txt", "a1\n"), ("b.txt", "b1\n"), ("c.txt", "c1\n")] {
+        assert_eq!(std::fs::read_to_string(copy.join(name)).unwrap(), content, "{name} untouched");
+    }
+    let good = patch.replace("-not what is there", "-c1");
+    let out = f.tool_stdin(&run, &["apply-patch"], &good);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(std::fs::read_to_string(copy.join("c.txt")).unwrap(), "c2\n");
+}
+
+#[test]
+fn bash_streams_output_and_status_and_a_denial_runs_nothing() {
+    let f =
+        fixture(Some("[runs]\nbash_timeout_seconds = 1\nbash_max_timeout_seconds = 5\nbash_output_cap_bytes = 4096\n"));
+    let run = f.start_run("chat");
+    let copy = f.copy();
+    let out = f.tool(&run, &["bash", "--", "echo out; echo err >&2; pwd; exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.starts_with("out\n"), "{stdout}");
+    assert!(stdout.contains("repos/demo"), "{stdout}");
+    assert!(stderr.contains("err"), "{stderr}");
+
+    let denied = f.tool(&run, &["bash", "--", "touch marker; rm -rf /"]);
+    assert_refused(&denied, "denied", "rm -rf /");
+    assert!(!copy.join("marker").exists(), "nothing of a denied line runs");
+
+    let timed_out = f.tool(&run, &["bash", "--", "sleep 30"]);
+    assert_eq!(timed_out.status.code(), Some(124), "{}", text(&timed_out).1);
+
+    let capped = f.tool(&run, &["bash", "--", "yes"]);
+    assert_eq!(capped.status.code(), Some(137), "{}", text(&capped).1);
+    assert!(text(&capped).0.len() <= 4096);
+    assert!(text(&capped).1.contains("over the configured cap"));
+}
+
+#[test]
+fn plan_mode_has_no_mutation_tools_and_denies_mutating_bash() {
+    let f = fixture(None);
+    let run = f.start_run("plan");
+    let tools = text(&f.tool(&run, &["list"])).0;
+    assert!(tools.contains("read") && !tools.contains("write") && !tools.contains("apply_patch"), "{tools}");
+    let out = f.tool_stdin(&run, &["write", "x.txt"], "x\n");
+    assert_refused(&out, "denied", "write in plan");
+    assert!(text(&out).1.contains("not available in plan mode"), "{}", text(&out).1);
+    assert_refused(&f.tool(&run, &["edit", "README.md", "--old", "demo", "--new", "x"]), "denied", "edit in plan");
+    assert_refused(&f.tool(&run, &["bash", "--", "touch made-in-plan"]), "denied", "touch in plan");
+    assert!(!f.copy().join("made-in-plan").exists());
+    assert!(!f.copy().join("x.txt").exists());
+    assert!(f.tool(&run, &["read", "README.md"]).status.success());
+    assert!(f.tool(&run, &["bash", "--", "ls"]).status.success());
+}
+
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+#[test]
+fn a_killed_runner_fails_its_run_and_the_next_run_works() {
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    let shown = f.sup.ccctl_json(&["run", "show", &run]);
+    let pid = shown["runner_pid"].as_u64().unwrap() as i32;
+    assert!(pid > 0);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || f.sup.ccctl_json(&["run", "show", &run])["state"] == "failed"),
+        "the run is marked failed"
+    );
+    let out = f.tool(&run, &["read", "README.md"]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("is failed"), "{}", text(&out).1);
+    let next = f.start_run("chat");
+    assert_eq!(text(&f.tool(&next, &["read", "README.md"])).0, "# demo\n");
+    let stopped = f.sup.ccctl_json(&["run", "stop", &next]);
+    assert_eq!(stopped["state"], "stopped");
+    assert!(f.sup.helper_pids().len() == 3, "the supervisor and its helpers are still up");
+}
+
+fn processes_mentioning(needle: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmdline).contains(needle.to_str().unwrap())
+        {
+            found.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    found
+}
+
+#[test]
+fn exec_starts_and_stops_its_own_supervisor_and_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = make_checkout(&tmp.path().join("checkout"));
+    let before = snapshot(&checkout);
+    let data = tmp.path().join("data");
+    let exec = |args: &[&str]| {
+        Command::new(bin("ccctl"))
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["exec", "--repo", checkout.to_str().unwrap(), "--worktree-backend", "copy"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = exec(&["--", "sh", "-c", "echo inside > made.txt; cat made.txt README.md; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out).1);
+    assert_eq!(text(&out).0, "inside\n# demo\n");
+    assert_eq!(snapshot(&checkout), before, "the checkout never sees the run's writes");
+    assert!(processes_mentioning(&data).is_empty(), "{:?}", processes_mentioning(&data));
+    let left: Vec<_> = std::fs::read_dir(data.join("conversations")).unwrap().collect();
+    assert!(left.is_empty(), "the conversation is removed");
+
+    let denied = exec(&["--", "rm", "-rf", "/"]);
+    assert_refused(&denied, "denied", "exec rm -rf /");
+
+    // Against a running supervisor, exec reuses it and leaves it running.
+    let sup = Supervisor::start_on(&data, Options::default());
+    let out = exec(&["--keep", "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(text(&out).1.contains("kept conversation"), "{}", text(&out).1);
+    assert_eq!(sup.helper_pids().len(), 3, "the running supervisor is still up");
+}
