@@ -200,11 +200,7 @@ async fn main_job(
     };
     let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner();
     made.run = Some(run.id.clone());
-    let line = if args.command.len() == 1 {
-        args.command[0].clone()
-    } else {
-        shlex::try_join(args.command.iter().map(String::as_str)).context("the command cannot be quoted")?
-    };
+    let line = runs::command_line(&args.command)?;
     let outcome = tokio::select! {
         outcome = runs::bash(runs_client, &run.id, line, args.timeout) => outcome?,
         _ = tokio::signal::ctrl_c() => return Err(ExitWith::error(EXIT_INTERRUPTED, "interrupted: the command was killed")),

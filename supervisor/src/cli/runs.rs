@@ -253,6 +253,15 @@ impl BashOutcome {
     }
 }
 
+/// The line bash is given: one argument as it stands (so `'a | b'` is a pipeline),
+/// several quoted so that none is re-split.
+pub fn command_line(command: &[String]) -> anyhow::Result<String> {
+    match command {
+        [line] => Ok(line.clone()),
+        _ => shlex::try_join(command.iter().map(String::as_str)).context("the command cannot be quoted for bash"),
+    }
+}
+
 /// Runs one bash call, streaming its output to ours.
 pub async fn bash(client: &mut Runs, run_id: &str, command: String, timeout: u32) -> anyhow::Result<BashOutcome> {
     let call = rn::ToolCall { call: Some(Call::Bash(rn::BashCall { command, timeout_seconds: timeout })) };
@@ -292,11 +301,7 @@ pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bo
             return Ok(());
         }
         ToolAction::Bash { timeout, command } => {
-            let line = if command.len() == 1 {
-                command[0].clone()
-            } else {
-                shlex::try_join(command.iter().map(String::as_str))?
-            };
+            let line = command_line(&command)?;
             let outcome = bash(&mut client, &run_id, line, timeout).await?;
             return match outcome.status()? {
                 0 => Ok(()),
