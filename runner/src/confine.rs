@@ -63,6 +63,9 @@ pub struct Root {
 /// The run's roots; the first is the working directory relative paths start from.
 pub struct Roots {
     roots: Vec<Root>,
+    /// The kernel's name for the agent's HOME, when it is one of the roots: its shell
+    /// start-up files are write-protected.
+    home: Option<PathBuf>,
 }
 
 /// What makes a write to a path inside a writable root refused anyway: the places
@@ -75,8 +78,8 @@ fn protected(relative: &Path) -> Option<&'static str> {
             continue;
         }
         let Some(next) = parts.get(i + 1) else { return Some("a repository's .git is not the agent's to replace") };
-        let vector =
-            matches!(next.as_bytes(), b"hooks" | b"config" | b"config.worktree" | b"commondir" | b"info" | b"modules");
+        // `modules/` holds the git directories of submodules, vectors and all.
+        let vector = cc_vectors::is_git_dir_vector(next.as_bytes()) || next.as_bytes() == b"modules";
         if vector || parts.len() == i + 2 {
             return Some("git runs what this file says (hooks, config): it is write-protected");
         }
@@ -102,7 +105,15 @@ impl Roots {
         if out.is_empty() {
             return Err(ConfineError::refused(Path::new(""), "a run needs at least one root"));
         }
-        Ok(Roots { roots: out })
+        Ok(Roots { roots: out, home: None })
+    }
+
+    /// Names the root that is the agent's HOME (it must be one of the roots).
+    pub fn with_home(mut self, home: &Path) -> Result<Self, ConfineError> {
+        let root = self.roots.iter().find(|r| r.path == home);
+        let root = root.ok_or_else(|| ConfineError::refused(home, "HOME must be one of the run's roots"))?;
+        self.home = Some(root.real.clone());
+        Ok(self)
     }
 
     pub fn work_dir(&self) -> &Path {
@@ -240,15 +251,36 @@ impl Roots {
         if !root.writable {
             return Err(ConfineError::refused(path, "this root is read-only for the run"));
         }
+        // By the spelling first, so that a refused path creates no parent on the way.
+        if let Some(why) = protected(&rel) {
+            return Err(ConfineError::refused(path, why));
+        }
         let (parent_rel, name) = split_last(path, &rel)?;
         let parent = self.open_parent(root, path, &parent_rel, create)?;
-        // Judge the directory actually opened, by its real path, not the spelling.
+        // Then the directory actually opened, by its real path: links inside are
+        // allowed, so the spelling alone does not say where an entry is.
         let real = real_path(&parent).map_err(|e| ConfineError::io(path, e))?;
         let inside = real.strip_prefix(&root.real).map(Path::to_owned).unwrap_or_default();
         if let Some(why) = protected(&inside.join(name)) {
             return Err(ConfineError::refused(path, why));
         }
+        if self.home.as_deref() == Some(real.as_path()) && cc_vectors::is_rc_file(name.as_bytes()) {
+            return Err(ConfineError::refused(
+                path,
+                "a shell start-up file in HOME runs in every later shell: it is write-protected",
+            ));
+        }
         Ok((parent, name.to_owned()))
+    }
+
+    /// Refuses, before anything is read, a change that [`Roots::write`] would refuse
+    /// (a tool that reads first must not answer "not found" for a protected path).
+    /// A parent that does not exist yet is left for the write to judge.
+    pub fn may_change(&self, path: &Path) -> Result<(), ConfineError> {
+        match self.entry_to_change(path, false) {
+            Err(ConfineError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 
     /// Opens a directory for listing, beneath its root.
@@ -467,6 +499,24 @@ mod tests {
         assert!(!f.work.join("repo/.git/hooks/pre-commit").exists());
         // The work tree itself is the agent's.
         f.roots.write(Path::new("repo/src/main.rs"), b"fn main() {}").unwrap();
+    }
+
+    #[test]
+    fn rc_files_in_home_are_protected_and_a_refused_path_creates_no_parent() {
+        let f = fixture();
+        let roots = Roots::open(vec![(f.work.clone(), true), (f.shared.clone(), false)]).unwrap();
+        let roots = roots.with_home(&f.work).unwrap();
+        let why = refused(roots.write(Path::new(".bashrc"), b"evil"));
+        assert!(why.contains("start-up file"), "{why}");
+        refused(roots.write(&f.work.join("./.gitconfig"), b"evil"));
+        roots.write(Path::new("deep/.bashrc"), b"only HOME's own are run").unwrap();
+        refused(roots.write(Path::new("new/.git/hooks/post-checkout"), b"x"));
+        assert!(!f.work.join("new").exists(), "no parent is made for a refused path");
+        // may_change answers a refusal before anything is read, and leaves missing
+        // parents to the write.
+        refused(roots.may_change(Path::new(".git/config")));
+        roots.may_change(Path::new("missing/dir/file")).unwrap();
+        assert!(Roots::open(vec![(f.work.clone(), true)]).unwrap().with_home(&f.outside).is_err());
     }
 
     #[test]

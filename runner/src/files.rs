@@ -80,6 +80,7 @@ pub fn edit(roots: &Roots, path: &Path, old: &str, new: &str) -> Result<(), Tool
     if old.is_empty() {
         return Err(ToolError::Failed("the string to replace is empty".into()));
     }
+    roots.may_change(path)?;
     let (bytes, truncated) = roots.read(path, MAX_FILE_BYTES)?;
     if truncated {
         return Err(ToolError::Failed(format!("{}: larger than {} MiB", path.display(), MAX_FILE_BYTES >> 20)));

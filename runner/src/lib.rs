@@ -16,6 +16,8 @@ use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::runner::v1::runner_server::{Runner, RunnerServer};
 use cc_proto::runner::v1::{ToolCall, ToolResult};
 
+use std::path::Path;
+
 use crate::confine::Roots;
 use crate::service::{Tools, parse_roots};
 use tonic::{Request, Response, Status};
@@ -47,7 +49,11 @@ pub fn service(context: &HelperContext) -> RunnerServer<RunnerService> {
         .get("roots")
         .ok_or_else(|| "the bootstrap names no roots".to_owned())
         .and_then(|json| parse_roots(json))
-        .and_then(|roots| Roots::open(roots).map_err(|e| format!("cannot open the run's roots: {e}")));
+        .and_then(|roots| Roots::open(roots).map_err(|e| format!("cannot open the run's roots: {e}")))
+        .and_then(|roots| match context.bootstrap.options.get("home") {
+            Some(home) => roots.with_home(Path::new(home)).map_err(|e| format!("the run's HOME: {e}")),
+            None => Ok(roots),
+        });
     let roots = match roots {
         Ok(roots) => roots,
         Err(message) => {

@@ -72,6 +72,10 @@ pub fn apply_patch(roots: &Roots, text: &str) -> Result<Vec<Change>, ToolError> 
         if plan.iter().any(|p| p.path == path) {
             return Err(ToolError::Failed(format!("{}: named twice in one patch", path.display())));
         }
+        roots.may_change(&path)?;
+        if let Some(o) = old.as_ref().filter(|o| **o != path) {
+            roots.may_change(o)?;
+        }
         let before = match &old {
             Some(o) => Some(roots.read(o, MAX_FILE_BYTES).map(|(b, _)| b)?),
             None => None,

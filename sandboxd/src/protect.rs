@@ -5,20 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Shell and tool start-up files in HOME: written by an agent, run by the next shell.
-const RC_FILES: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".inputrc",
-    ".gitconfig",
-];
+use cc_vectors::{GIT_DIR_VECTORS, RC_FILES};
 
 /// How deep below a root to look for repositories (`repos/<name>/.git` is depth 2).
 const REPO_DEPTH: usize = 3;
@@ -46,7 +33,7 @@ pub fn prepare(writable: &[PathBuf], home: &Path, create: bool) -> Result<Vec<Pa
                     give_to_owner_of(&git, &git.join("config.worktree"));
                 }
             }
-            for name in ["hooks", "config", "config.worktree", "commondir", "info"] {
+            for name in GIT_DIR_VECTORS {
                 let p = git.join(name);
                 match fs::symlink_metadata(&p) {
                     Ok(m) if m.file_type().is_symlink() => {

@@ -1,76 +1,13 @@
 //! Runs end to end with the real binaries: ccctl → supervisor → gate → runner or
 //! sandboxd's harness_bash envelope, on a conversation's copy of a real checkout.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cc_tests::fs::{make_checkout, snapshot};
+use cc_tests::runs::{assert_refused, fixture, text};
 use cc_tests::{Options, Supervisor, bin};
-
-struct Fixture {
-    sup: Supervisor,
-    checkout: PathBuf,
-    conversation: String,
-    _tmp: tempfile::TempDir,
-}
-
-fn text(out: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn fixture(config: Option<&str>) -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let checkout = make_checkout(&tmp.path().join("checkout"));
-    let options = Options { config: config.map(str::to_owned), ..Default::default() };
-    let sup = Supervisor::start_on(&tmp.path().join("data"), options);
-    assert!(sup.ccctl(&["repo", "add", checkout.to_str().unwrap(), "--name", "demo"]).status.success());
-    let out = sup.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"]);
-    assert!(out.status.success(), "{}", text(&out).1);
-    let conversation = text(&out).0.trim().to_owned();
-    Fixture { sup, checkout, conversation, _tmp: tmp }
-}
-
-impl Fixture {
-    fn start_run(&self, mode: &str) -> String {
-        let out = self.sup.ccctl(&["run", "start", "--conversation", &self.conversation, "--mode", mode]);
-        assert!(out.status.success(), "{}", text(&out).1);
-        text(&out).0.trim().to_owned()
-    }
-
-    fn tool(&self, run: &str, args: &[&str]) -> Output {
-        let mut all = vec!["tool", run];
-        all.extend_from_slice(args);
-        self.sup.ccctl(&all)
-    }
-
-    fn tool_stdin(&self, run: &str, args: &[&str], stdin: &str) -> Output {
-        let mut child = Command::new(bin("ccctl"))
-            .arg("--data-dir")
-            .arg(&self.sup.data_dir)
-            .args(["tool", run])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    fn copy(&self) -> PathBuf {
-        std::fs::canonicalize(self.sup.data_dir.join(format!("conversations/{}/repos/demo", self.conversation)))
-            .unwrap()
-    }
-}
-
-fn assert_refused(out: &Output, word: &str, what: &str) {
-    let (_, err) = text(out);
-    assert_eq!(out.status.code(), Some(125), "{what}: {err}");
-    assert!(err.starts_with(&format!("ccctl: {word}: ")), "{what}: {err}");
-}
 
 #[test]
 fn file_tools_stay_inside_the_run_and_the_checkout_is_untouched() {

@@ -291,7 +291,9 @@ impl RunManager {
         let mut sandboxd = self.env.channels.sandboxd().await?;
         sandboxd.register_run(sandbox_policy(&id, &paths)).await?;
         let socket = runner_socket(&self.env.data, &record.id, &id);
-        let started = self.start_runner(&id, roots, &socket).await;
+        // runner_roots has checked that the run's paths are UTF-8.
+        let home = paths.agent_work.to_string_lossy().into_owned();
+        let started = self.start_runner(&id, roots, home, &socket).await;
         let (child, pid, runner) = match started {
             Ok(up) => up,
             Err(status) => {
@@ -346,6 +348,7 @@ impl RunManager {
         &self,
         id: &str,
         roots: String,
+        home: String,
         socket: &Path,
     ) -> Result<(tokio::process::Child, u32, RunnerClientWithSecret), Status> {
         let secret = PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?;
@@ -357,7 +360,11 @@ impl RunManager {
             log_format: self.env.log_format,
             peers: [(SUPERVISOR_PEER.to_owned(), secret.clone())].into(),
             supervisor_pid: std::process::id(),
-            options: BTreeMap::from([("roots".to_owned(), roots), ("run".to_owned(), id.to_owned())]),
+            options: BTreeMap::from([
+                ("roots".to_owned(), roots),
+                ("run".to_owned(), id.to_owned()),
+                ("home".to_owned(), home),
+            ]),
         };
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
