@@ -349,3 +349,37 @@ fn a_directory_swapped_for_a_symlink_in_a_tight_loop_never_lets_a_call_out() {
     assert_eq!(outside_state(&outside), before, "nothing outside was ever touched");
     assert_eq!(std::fs::read_to_string(outside.join("secret.txt")).unwrap(), "secret\n");
 }
+
+/// A path rule judges the path, not its spelling: `./`, `//`, `..` and the absolute
+/// form of a path under `secret/` are all denied by a rule on `secret/**`.
+#[test]
+fn a_path_rule_cannot_be_spelled_around() {
+    let rules_dir = tempfile::tempdir().unwrap();
+    let rules = rules_dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rule]]\neffect = \"write_file\"\npath = \"secret/**\"\ndecision = \"deny\"\nreason = \"secret/ is off limits\"\n",
+    )
+    .unwrap();
+    let f = fixture(Some(&format!("[gate]\nrules = \"{}\"\n", rules.display())));
+    let run = f.start_run("chat");
+    let copy = f.copy();
+    let abs = copy.display();
+    for path in [
+        "secret/x".to_owned(),
+        "./secret/x".to_owned(),
+        "secret//x".to_owned(),
+        "secret/./x".to_owned(),
+        "src/../secret/x".to_owned(),
+        format!("{abs}/secret/x"),
+        format!("{abs}//./secret/x"),
+    ] {
+        let out = f.tool_stdin(&run, &["write", &path], "x\n");
+        assert_refused(&out, "denied", &format!("write {path}"));
+        assert!(text(&out).1.contains("secret/ is off limits"), "{}", text(&out).1);
+        let patch = format!("--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x\n");
+        assert_refused(&f.tool_stdin(&run, &["apply-patch"], &patch), "denied", &format!("patch {path}"));
+    }
+    assert!(!copy.join("secret").exists());
+    assert!(f.tool_stdin(&run, &["write", "public/x"], "x\n").status.success());
+}

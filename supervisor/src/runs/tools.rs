@@ -48,8 +48,46 @@ fn patch_paths(patch: &str) -> Vec<String> {
     paths
 }
 
-pub fn describe(call: &rn::ToolCall) -> Result<Described, Status> {
-    let d = |tool, paths: Vec<String>| Described { tool, paths, command_line: None };
+/// A path as the gate's path rules see it: relative to the run's working directory
+/// when it is inside it, with `.`, empty components, a trailing `/` and `..` resolved
+/// by spelling. Without this, `./secret/x`, `secret//x` or the absolute spelling would
+/// each slip past a rule on `secret/**`. (A symlink inside the worktree is the one
+/// spelling this cannot see through: path rules judge names, confinement judges
+/// where they lead.)
+pub fn gate_path(raw: &str, work_dir: &Path) -> String {
+    use std::path::Component;
+    let path = Path::new(raw);
+    let absolute = path.is_absolute();
+    let mut parts: Vec<&OsStr> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => parts.push(n),
+            Component::ParentDir if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            Component::ParentDir if !absolute => parts.push(OsStr::new("..")),
+            Component::ParentDir | Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    let mut normal: std::path::PathBuf = parts.iter().collect();
+    if absolute {
+        normal = Path::new("/").join(normal);
+        if let Ok(inside) = normal.strip_prefix(work_dir) {
+            normal = inside.to_owned();
+        }
+    }
+    match normal.to_string_lossy() {
+        s if s.is_empty() => ".".to_owned(),
+        s => s.into_owned(),
+    }
+}
+
+pub fn describe(call: &rn::ToolCall, work_dir: &Path) -> Result<Described, Status> {
+    let d = |tool, paths: Vec<String>| Described {
+        tool,
+        paths: paths.iter().map(|p| gate_path(p, work_dir)).collect(),
+        command_line: None,
+    };
     let start = |p: &[u8]| if p.is_empty() { vec![".".to_owned()] } else { vec![shown(p)] };
     Ok(match call.call.as_ref().ok_or_else(|| Status::invalid_argument("the call names no tool"))? {
         Call::Read(r) => d("read", vec![shown(&r.path)]),
@@ -108,7 +146,7 @@ impl RunManager {
 
     pub async fn call_tool(self: &Arc<Self>, run_id: &str, call: rn::ToolCall) -> Result<Events, Status> {
         let run = self.require_live(run_id)?;
-        let described = describe(&call)?;
+        let described = describe(&call, &run.record.work_dir)?;
         self.ask_gate(&run, &described).await?;
         if let Some(Call::Bash(bash)) = call.call {
             return self.bash(&run, bash).await;
@@ -240,13 +278,41 @@ mod tests {
     #[test]
     fn the_gate_sees_every_path_a_call_names() {
         let call = |c| rn::ToolCall { call: Some(c) };
+        let w = Path::new("/d/conversations/c/repos/demo");
         let patch = "--- a/src/x.rs\n+++ b/src/x.rs\n@@ -1 +1 @@\n-a\n+b\n--- /dev/null\n+++ b/new.txt\t2024\n";
-        let d = describe(&call(Call::ApplyPatch(rn::ApplyPatchCall { patch: patch.into() }))).unwrap();
+        let d = describe(&call(Call::ApplyPatch(rn::ApplyPatchCall { patch: patch.into() })), w).unwrap();
         assert_eq!((d.tool, d.paths), ("apply_patch", vec!["new.txt".to_owned(), "src/x.rs".to_owned()]));
-        let d = describe(&call(Call::Find(rn::FindCall { glob: "*.rs".into(), path: vec![] }))).unwrap();
+        let d = describe(&call(Call::Find(rn::FindCall { glob: "*.rs".into(), path: vec![] })), w).unwrap();
         assert_eq!(d.paths, vec!["."]);
-        let d = describe(&call(Call::Bash(rn::BashCall { command: "ls".into(), timeout_seconds: 0 }))).unwrap();
+        let d = describe(&call(Call::Bash(rn::BashCall { command: "ls".into(), timeout_seconds: 0 })), w).unwrap();
         assert_eq!((d.tool, d.command_line.as_deref()), ("bash", Some("ls")));
-        assert!(describe(&rn::ToolCall { call: None }).is_err());
+        assert!(describe(&rn::ToolCall { call: None }, w).is_err());
+        let d = describe(&call(Call::Write(rn::WriteCall { path: b"./secret//x/".to_vec(), content: vec![] })), w);
+        assert_eq!(d.unwrap().paths, vec!["secret/x"]);
+    }
+
+    #[test]
+    fn paths_reach_the_gate_in_one_spelling() {
+        let w = Path::new("/d/conversations/c/repos/demo");
+        for (raw, seen) in [
+            ("secret/x", "secret/x"),
+            ("./secret/x", "secret/x"),
+            ("secret//x", "secret/x"),
+            ("secret/./x/", "secret/x"),
+            ("src/../secret/x", "secret/x"),
+            ("/d/conversations/c/repos/demo/secret/x", "secret/x"),
+            ("/d/conversations/c/repos/demo//./secret/x", "secret/x"),
+            ("/d/conversations/c/repos/demo", "."),
+            ("/d/conversations/c/repos/demo/../demo/secret/x", "secret/x"),
+            ("/d/conversations/c/repos/demo2/x", "/d/conversations/c/repos/demo2/x"),
+            ("../../etc/passwd", "../../etc/passwd"),
+            ("a/../../b", "../b"),
+            ("/etc//passwd", "/etc/passwd"),
+            ("/../etc/passwd", "/etc/passwd"),
+            ("", "."),
+            (".", "."),
+        ] {
+            assert_eq!(gate_path(raw, w), seen, "{raw}");
+        }
     }
 }
