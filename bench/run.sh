@@ -12,7 +12,12 @@ srt=
 if command -v npm >/dev/null && npm install --silent --no-audit --no-fund --prefix target/bench-srt @anthropic-ai/sandbox-runtime >/dev/null 2>&1; then
   srt=$PWD/target/bench-srt/node_modules/.bin/srt
 fi
+if [ -n "$srt" ] && ! { command -v socat >/dev/null && command -v rg >/dev/null; }; then
+  echo "srt needs socat and ripgrep (apt-get install -y socat ripgrep); comparing without it"
+  srt=
+fi
 ./target/release/cc-bench sandbox "$srt"
+./target/release/cc-bench runs "$srt"
 if [ "$(id -u)" = 0 ]; then
   bench/worktrees.sh
 else

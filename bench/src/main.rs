@@ -7,6 +7,8 @@
 //! * `gate`: command classification throughput on the policy corpus, and the gate's
 //!   round trip over the socket.
 //! * `search`: the runner's search over 50,000 files vs ripgrep on the same tree.
+//! * `runs`: a `read` tool call's round trip and calls per second, the runner's idle
+//!   memory, and `ccctl exec -- true` vs raw bubblewrap vs srt.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -19,6 +21,7 @@ use cc_proto::supervisor::v1 as pb;
 
 mod corpus;
 mod gate;
+mod runs;
 mod sandbox;
 mod search;
 
@@ -29,7 +32,8 @@ fn main() -> anyhow::Result<()> {
         "sandbox" => sandbox::run(std::env::args().nth(2)),
         "gate" => gate::run(),
         "search" => search::run(),
-        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search)"),
+        "runs" => runs::run(std::env::args().nth(2)),
+        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs)"),
     }
 }
 
@@ -105,6 +109,15 @@ pub(crate) fn report(name: &str, s: &Stats, target: Duration) {
         ms(target),
         s.median.as_secs_f64() / target.as_secs_f64()
     );
+}
+
+/// VmRSS in KiB of the process whose /proc directory is `proc_dir`.
+pub(crate) fn vm_rss_kib(proc_dir: &Path) -> Option<u64> {
+    let status = std::fs::read_to_string(proc_dir.join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 fn ms(d: Duration) -> f64 {

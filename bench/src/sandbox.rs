@@ -143,7 +143,7 @@ fn time_command(argv: &[&str]) -> anyhow::Result<Vec<Duration>> {
     time_command_n(argv, LAUNCHES)
 }
 
-fn time_command_n(argv: &[&str], n: usize) -> anyhow::Result<Vec<Duration>> {
+pub(crate) fn time_command_n(argv: &[&str], n: usize) -> anyhow::Result<Vec<Duration>> {
     let mut samples = Vec::new();
     for i in 0..n + 2 {
         let t = Instant::now();
@@ -164,17 +164,7 @@ fn idle_memory() -> anyhow::Result<(u64, u64)> {
     for entry in std::fs::read_dir("/proc")?.flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let rss = || {
-            std::fs::read_to_string(entry.path().join("status"))
-                .ok()
-                .and_then(|s| {
-                    s.lines().find_map(|l| {
-                        l.strip_prefix("VmRSS:")
-                            .map(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().unwrap_or(0))
-                    })
-                })
-                .unwrap_or(0)
-        };
+        let rss = || crate::vm_rss_kib(&entry.path()).unwrap_or(0);
         if cmdline.starts_with("/run/cc/init -- /bin/sleep 30") {
             init += rss();
         } else if cmdline.starts_with("/usr/bin/bwrap") && cmdline.contains("/bin/sleep 30") {

@@ -1,0 +1,182 @@
+//! A run's tool calls and the main job, measured with the real binaries:
+//!
+//! * `read` of a 4 KiB file through the client library → supervisor (gate) → runner:
+//!   the round trip, and calls per second on one run (one client, then two at once);
+//! * the runner's memory once idle;
+//! * `ccctl exec -- true` end to end (against a running supervisor, and cold, with its
+//!   own embedded one) beside raw bubblewrap and srt running the same `true`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use cc_proto::runner::v1 as rn;
+use cc_proto::runner::v1::tool_call::Call;
+use cc_proto::runner::v1::tool_result::Result as Outcome;
+use cc_proto::supervisor::v1 as pb;
+use cc_proto::supervisor::v1::tool_event::Event;
+use tokio_stream::StreamExt;
+
+use crate::sandbox::time_command_n;
+use crate::{report, sibling, start, stats};
+
+const READS: usize = 3_000;
+const WARM_UP: usize = 200;
+const EXECS: usize = 10;
+
+pub fn run(srt: Option<String>) -> anyhow::Result<()> {
+    let tmp = tempfile::Builder::new().prefix("cc-bench-runs-").tempdir()?;
+    // As root, runs belong to the service user, who must be able to reach the data dir.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))?;
+    let repo = demo_repo(&tmp.path().join("repo"))?;
+    let (_supervisor, _) = start(tmp.path(), 0)?;
+    let data = tmp.path().join("d0");
+    ccctl(&data, &["repo", "add", path_str(&repo)?, "--name", "demo"])?;
+    let conversation = ccctl(&data, &["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"])?;
+    let run_id = ccctl(&data, &["run", "start", "--conversation", conversation.trim()])?.trim().to_owned();
+
+    let socket = data.join("sock/api.sock");
+    // One thread, as ccctl has: the client's own thread hand-offs are not the path measured.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (one, wall_one, wall_two, get_run, runner_pid) = runtime.block_on(async {
+        let mut client = cc_supervisor::client::connect_runs(&socket).await?;
+        let mut samples = Vec::with_capacity(READS);
+        for _ in 0..WARM_UP {
+            read_four_kib(&mut client, &run_id).await?;
+        }
+        let t = Instant::now();
+        for _ in 0..READS {
+            let call = Instant::now();
+            read_four_kib(&mut client, &run_id).await?;
+            samples.push(call.elapsed());
+        }
+        let wall_one = t.elapsed();
+        // Two clients at once, on two connections.
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..2 {
+            let (socket, run_id) = (socket.clone(), run_id.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut client = cc_supervisor::client::connect_runs(&socket).await?;
+                for _ in 0..READS / 2 {
+                    read_four_kib(&mut client, &run_id).await?;
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for task in tasks {
+            task.await??;
+        }
+        let wall_two = t.elapsed();
+        // For comparison, a unary call that stops at the supervisor.
+        let mut get_run = Vec::with_capacity(READS);
+        for _ in 0..READS {
+            let call = Instant::now();
+            client.get_run(pb::GetRunRequest { id: run_id.clone() }).await?;
+            get_run.push(call.elapsed());
+        }
+        let run = client.get_run(pb::GetRunRequest { id: run_id.clone() }).await?.into_inner();
+        anyhow::Ok((samples, wall_one, wall_two, get_run, run.runner_pid))
+    })?;
+    report("`read` 4 KiB: client → supervisor → runner", &stats(one), Duration::from_millis(1));
+    report("for comparison: GetRun (supervisor only, unary)", &stats(get_run), Duration::from_millis(1));
+    let per_second = |wall: Duration| READS as f64 / wall.as_secs_f64();
+    println!(
+        "`read` 4 KiB calls per second on one run: {:.0} with one client, {:.0} with two (target at least 2000)",
+        per_second(wall_one),
+        per_second(wall_two)
+    );
+    // Idle: the calls are over; give the runner a moment with nothing to do.
+    std::thread::sleep(Duration::from_millis(200));
+    let rss = vm_rss_kib(runner_pid)?;
+    println!(
+        "runner idle after {} calls: {:.2} MiB RSS (target under 15 MiB)",
+        READS * 2 + WARM_UP,
+        rss as f64 / 1024.0
+    );
+    ccctl(&data, &["run", "stop", &run_id])?;
+
+    let exec = |data: &Path| {
+        let t = Instant::now();
+        ccctl(data, &["exec", "--repo", path_str(&repo)?, "--worktree-backend", "copy", "--", "true"])?;
+        anyhow::Ok(t.elapsed())
+    };
+    let warm: Vec<Duration> = (0..EXECS + 1).map(|_| exec(&data)).collect::<Result<_, _>>()?;
+    let cold_data = tmp.path().join("cold");
+    let cold: Vec<Duration> = (0..EXECS / 2 + 1).map(|_| exec(&cold_data)).collect::<Result<_, _>>()?;
+    let bwrap = time_command_n(&["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"], EXECS)?;
+    let warm = stats(warm[1..].to_vec());
+    let cold = stats(cold[1..].to_vec());
+    report("`ccctl exec -- true`, supervisor running", &warm, Duration::from_millis(100));
+    report("`ccctl exec -- true`, cold (embedded supervisor)", &cold, Duration::from_millis(300));
+    report("`true` under raw bwrap --unshare-all --ro-bind / /", &stats(bwrap), Duration::from_millis(5));
+    match srt.filter(|s| Path::new(s).exists()) {
+        Some(srt) => {
+            let theirs = stats(time_command_n(&[&srt, "true"], EXECS)?);
+            report("`true` under srt (sandbox-runtime)", &theirs, Duration::from_millis(5));
+            let ratio = |ours: Duration| theirs.median.as_secs_f64() / ours.as_secs_f64();
+            println!(
+                "ratio srt / `ccctl exec`: {:.1} with a supervisor running, {:.1} cold (target at least 10)",
+                ratio(warm.median),
+                ratio(cold.median)
+            );
+        }
+        None => println!("srt: not installed (bench/run.sh installs it with npm); no comparison"),
+    }
+    Ok(())
+}
+
+async fn read_four_kib(client: &mut cc_supervisor::client::Runs, run_id: &str) -> anyhow::Result<()> {
+    let call =
+        rn::ToolCall { call: Some(Call::Read(rn::ReadCall { path: b"four.txt".to_vec(), offset: 0, limit: 0 })) };
+    let request = pb::CallToolRequest { run_id: run_id.to_owned(), call: Some(call) };
+    let mut stream = client.call_tool(request).await?.into_inner();
+    let mut bytes = 0;
+    while let Some(event) = stream.next().await {
+        if let Some(Event::Result(rn::ToolResult { result: Some(Outcome::Read(r)) })) = event?.event {
+            bytes = r.text.len();
+        }
+    }
+    if bytes != 4096 {
+        bail!("read returned {bytes} bytes, expected 4096");
+    }
+    Ok(())
+}
+
+/// A small repository with a 4 KiB text file, committed.
+fn demo_repo(dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let line = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n"; // 64 bytes
+    std::fs::write(dir.join("four.txt"), line.repeat(64))?;
+    for args in [&["init", "-q"][..], &["add", "-A"], &["commit", "-qm", "bench"]] {
+        let status = Command::new("git")
+            .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .status()?;
+        if !status.success() {
+            bail!("git {args:?} failed in {}", dir.display());
+        }
+    }
+    Ok(dir.to_owned())
+}
+
+fn path_str(p: &Path) -> anyhow::Result<&str> {
+    p.to_str().context("the bench's temporary paths must be UTF-8")
+}
+
+fn ccctl(data: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out: Output = Command::new(sibling("ccctl")?).arg("--data-dir").arg(data).args(args).output()?;
+    if !out.status.success() {
+        bail!("ccctl {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn vm_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    crate::vm_rss_kib(Path::new(&format!("/proc/{pid}"))).context("the runner is gone, or has no VmRSS")
+}
