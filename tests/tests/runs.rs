@@ -112,20 +112,35 @@ fn bash_streams_output_and_status_and_a_denial_runs_nothing() {
 }
 
 #[test]
-fn plan_mode_has_no_mutation_tools_and_denies_mutating_bash() {
+fn read_only_modes_have_no_mutation_tools_and_deny_mutating_bash() {
     let f = fixture(None);
-    let run = f.start_run("plan");
-    let tools = text(&f.tool(&run, &["list"])).0;
-    assert!(tools.contains("read") && !tools.contains("write") && !tools.contains("apply_patch"), "{tools}");
-    let out = f.tool_stdin(&run, &["write", "x.txt"], "x\n");
-    assert_refused(&out, "denied", "write in plan");
-    assert!(text(&out).1.contains("not available in plan mode"), "{}", text(&out).1);
-    assert_refused(&f.tool(&run, &["edit", "README.md", "--old", "demo", "--new", "x"]), "denied", "edit in plan");
-    assert_refused(&f.tool(&run, &["bash", "--", "touch made-in-plan"]), "denied", "touch in plan");
-    assert!(!f.copy().join("made-in-plan").exists());
-    assert!(!f.copy().join("x.txt").exists());
-    assert!(f.tool(&run, &["read", "README.md"]).status.success());
-    assert!(f.tool(&run, &["bash", "--", "ls"]).status.success());
+    for mode in ["plan", "review", "orchestrate"] {
+        let run = f.start_run(mode);
+        let tools = text(&f.tool(&run, &["list"])).0;
+        assert!(
+            tools.contains("read") && !tools.contains("write") && !tools.contains("apply_patch"),
+            "{mode}: {tools}"
+        );
+        let out = f.tool_stdin(&run, &["write", "x.txt"], "x\n");
+        assert_refused(&out, "denied", &format!("write in {mode}"));
+        assert!(text(&out).1.contains(&format!("not available in {mode} mode")), "{}", text(&out).1);
+        assert_refused(&f.tool(&run, &["edit", "README.md", "--old", "demo", "--new", "x"]), "denied", "edit");
+        let patch = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-# demo\n+# pwned\n";
+        assert_refused(&f.tool_stdin(&run, &["apply-patch"], patch), "denied", &format!("apply_patch in {mode}"));
+        for line in ["touch made-here", "echo x > made-here", "rm README.md", "git commit -qam x"] {
+            assert_refused(&f.tool(&run, &["bash", "--", line]), "denied", &format!("{line} in {mode}"));
+        }
+        assert!(!f.copy().join("made-here").exists() && !f.copy().join("x.txt").exists());
+        assert_eq!(std::fs::read_to_string(f.copy().join("README.md")).unwrap(), "# demo\n");
+        assert!(f.tool(&run, &["read", "README.md"]).status.success());
+        assert!(f.tool(&run, &["bash", "--", "ls"]).status.success(), "{mode}: read-only bash runs");
+        assert_eq!(f.sup.ccctl_json(&["run", "stop", &run])["state"], "stopped");
+    }
+    // In chat the same calls work.
+    let run = f.start_run("chat");
+    assert!(f.tool_stdin(&run, &["write", "x.txt"], "x\n").status.success());
+    assert!(f.tool(&run, &["bash", "--", "touch made-here"]).status.success());
+    assert!(f.copy().join("made-here").exists());
 }
 
 fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
@@ -205,4 +220,35 @@ fn exec_starts_and_stops_its_own_supervisor_and_leaves_nothing_behind() {
     assert!(out.status.success(), "{}", text(&out).1);
     assert!(text(&out).1.contains("kept conversation"), "{}", text(&out).1);
     assert_eq!(sup.helper_pids().len(), 3, "the running supervisor is still up");
+}
+
+/// Background jobs, `setsid` and `nohup` included, die with the bash call: at its
+/// timeout, and when the run is stopped mid-call.
+#[test]
+fn a_bash_call_takes_its_whole_group_with_it_at_timeout_and_at_run_stop() {
+    let f = fixture(Some("[runs]\nbash_timeout_seconds = 1\nbash_max_timeout_seconds = 60\n"));
+    let run = f.start_run("chat");
+    let line = "(setsid sleep 1000.25 &); nohup sleep 1000.25 >/dev/null 2>&1 & sleep 1000.25";
+    let out = f.tool(&run, &["bash", "--", line]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out).1);
+    let gone = |marker: &str| processes_mentioning(Path::new(marker)).iter().all(|p| !p.starts_with("sleep"));
+    assert!(wait_until(Duration::from_secs(5), || gone("1000.25")), "{:?}", processes_mentioning(Path::new("1000.25")));
+
+    let data = f.sup.data_dir.clone();
+    let call = std::thread::spawn({
+        let run = run.clone();
+        move || {
+            Command::new(bin("ccctl"))
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["tool", &run, "bash", "--timeout", "60", "--", "(setsid sleep 1000.5 &); sleep 1000.5"])
+                .output()
+                .unwrap()
+        }
+    });
+    assert!(wait_until(Duration::from_secs(10), || !gone("1000.5")), "the command started");
+    assert_eq!(f.sup.ccctl_json(&["run", "stop", &run])["state"], "stopped");
+    let out = call.join().unwrap();
+    assert!(!out.status.success(), "the call ends with the run: {}", text(&out).1);
+    assert!(wait_until(Duration::from_secs(5), || gone("1000.5")), "{:?}", processes_mentioning(Path::new("1000.5")));
 }
