@@ -298,7 +298,7 @@ impl Supervisor for SupervisorApi {
         &self,
         request: Request<pb::SandboxExplainRequest>,
     ) -> Result<Response<pb::SandboxExplainResponse>, Status> {
-        let pb::SandboxExplainRequest { conversation, agent, kind, argv } = request.into_inner();
+        let pb::SandboxExplainRequest { conversation, agent, kind, argv, run } = request.into_inner();
         let kind = match kind.as_str() {
             "" | "harness_bash" | "harness-bash" => sb::DispatchKind::HarnessBash,
             "overlay" => sb::DispatchKind::Overlay,
@@ -308,6 +308,22 @@ impl Supervisor for SupervisorApi {
                 )));
             }
         };
+        let argv = if argv.is_empty() { vec![b"sh".to_vec()] } else { argv };
+        let respond = |explained: sb::ExplainResponse| {
+            let backend = if explained.backend == sb::Backend::Native as i32 { "native" } else { "none" };
+            Response::new(pb::SandboxExplainResponse {
+                backend: backend.to_owned(),
+                argv: explained.argv,
+                env: explained.env,
+            })
+        };
+        let mut sandboxd = self.channels.sandboxd().await?;
+        if !run.is_empty() {
+            // The run's own registration, as its launches see it.
+            let live = self.runs.require_live(&run)?;
+            let request = sb::ExplainRequest { run_id: live.record.id.clone(), kind: kind as i32, argv };
+            return Ok(respond(sandboxd.explain(request).await?.into_inner()));
+        }
         let agent = if agent.is_empty() { "default".to_owned() } else { agent };
         let paths = self.blocking(move |c| c.run_paths(&conversation, &agent)).await?;
         let run_id = format!(
@@ -315,20 +331,12 @@ impl Supervisor for SupervisorApi {
             &cc_proto::secret::PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..12]
         );
         let policy = crate::runs::sandbox_policy(&run_id, &paths);
-        let mut sandboxd = self.channels.sandboxd().await?;
         sandboxd.register_run(policy).await?;
         // Unregistered however this request ends, a client that goes away included.
         let cleanup = Unregister(Some((sandboxd.clone(), run_id.clone())));
-        let argv = if argv.is_empty() { vec![b"sh".to_vec()] } else { argv };
         let explained = sandboxd.explain(sb::ExplainRequest { run_id, kind: kind as i32, argv }).await;
         drop(cleanup);
-        let explained = explained?.into_inner();
-        let backend = if explained.backend == sb::Backend::Native as i32 { "native" } else { "none" };
-        Ok(Response::new(pb::SandboxExplainResponse {
-            backend: backend.to_owned(),
-            argv: explained.argv,
-            env: explained.env,
-        }))
+        Ok(respond(explained?.into_inner()))
     }
 
     async fn remove_conversation(

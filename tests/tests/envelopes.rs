@@ -442,9 +442,25 @@ fn ccctl_shows_the_probe_and_an_envelope_that_runs_as_printed() {
     let stdout = String::from_utf8(ran.stdout).unwrap();
     assert!(stdout.starts_with(copy.to_str().unwrap()), "{stdout}");
 
+    // A live run's envelope is its registered policy: the same roots, plus the write-deny
+    // set its launches get, and it runs as printed too.
+    let run = String::from_utf8(sup.ccctl(&["run", "start", "--conversation", &id]).stdout).unwrap().trim().to_owned();
+    let explained = sup.ccctl_json(&["sandbox", "explain", "--run", &run, "--", "sh", "-c", "pwd"]);
+    let argv: Vec<String> =
+        explained["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+    assert!(argv.windows(3).any(|w| w[0] == "--bind" && w[1] == copy.to_str().unwrap()), "{argv:?}");
+    let config = format!("{}/.git/config", copy.display());
+    assert!(argv.windows(3).any(|w| w[0] == "--ro-bind" && w[1] == config), "{argv:?}");
+    let ran = std::process::Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    assert!(String::from_utf8_lossy(&ran.stdout).starts_with(copy.to_str().unwrap()), "{ran:?}");
+    sup.ccctl(&["run", "stop", &run]);
+
     // Bad requests: one line each.
     for (args, needle) in [
         (vec!["sandbox", "explain", "--conversation", "c-nope"], "no conversation named"),
+        (vec!["sandbox", "explain", "--run", &run], "is stopped"),
+        (vec!["sandbox", "explain", "--run", "r-nope"], "no run"),
+        (vec!["sandbox", "explain", "--run", &run, "--conversation", &id], "cannot be used with"),
         (vec!["sandbox", "explain", "--conversation", &id, "--agent", "../x"], "may not start with"),
     ] {
         let out = sup.ccctl(&args);

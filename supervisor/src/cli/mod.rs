@@ -114,10 +114,14 @@ enum Command {
 enum SandboxAction {
     /// What sandboxd's probe found (a real test launch of bubblewrap)
     Probe,
-    /// Print the envelope (the bubblewrap argv) a run of a conversation would get
+    /// Print the envelope (the bubblewrap argv) a run of a conversation would get, or
+    /// the one a live run's launches get
     Explain {
+        #[arg(long, required_unless_present = "run", conflicts_with = "run")]
+        conversation: Option<String>,
+        /// A live run: its own registered policy, exactly as its launches see it
         #[arg(long)]
-        conversation: String,
+        run: Option<String>,
         #[arg(long, default_value = "default")]
         agent: String,
         /// overlay (Claude Code, ACP) or harness-bash
@@ -364,9 +368,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     let probe = client.sandbox_probe(pb::SandboxProbeRequest {}).await.map_err(rpc_error)?.into_inner();
                     render::sandbox_probe(&probe, cli.json);
                 }
-                SandboxAction::Explain { conversation, agent, kind, command } => {
+                SandboxAction::Explain { conversation, run, agent, kind, command } => {
                     let request = pb::SandboxExplainRequest {
-                        conversation,
+                        conversation: conversation.unwrap_or_default(),
+                        run: run.unwrap_or_default(),
                         agent,
                         kind: kind.replace('-', "_"),
                         argv: command.iter().map(|a| a.as_encoded_bytes().to_vec()).collect(),
