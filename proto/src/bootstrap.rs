@@ -27,7 +27,9 @@ pub struct Bootstrap {
     pub log_format: LogFormat,
     /// Peer name → the secret that peer presents on this helper's socket.
     pub peers: BTreeMap<String, PeerSecret>,
-    /// The supervisor's pid: a helper whose parent is not this process exits.
+    /// The supervisor's pid: a helper whose parent is not this process exits. 0: the
+    /// helper runs inside an envelope, whose init is its parent (the envelope itself
+    /// dies with the supervisor: bubblewrap's --die-with-parent).
     pub supervisor_pid: u32,
     /// Helper-specific settings (sandboxd: "sandbox" = auto|native|off, "bwrap" = path).
     #[serde(default)]

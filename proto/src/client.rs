@@ -81,6 +81,47 @@ pub async fn connect_checked(path: &Path, expected_pid: Option<u32>) -> Result<C
         .map_err(|source| ConnectError::Transport { path: path.to_owned(), source })
 }
 
+/// Like [`connect_checked`], for a server that runs inside an envelope started by
+/// `ancestor` (bubblewrap, then our init, then the server): the first connection must be
+/// served by a descendant of `ancestor`, and that process is the only one trusted from
+/// then on. Returns the channel and the server's pid (in our pid namespace).
+pub async fn connect_to_descendant(path: &Path, ancestor: u32) -> Result<(Channel, u32), ConnectError> {
+    let probe = UnixStream::connect(path).await.map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+            ConnectError::NotListening { path: path.to_owned() }
+        }
+        io::ErrorKind::PermissionDenied => ConnectError::PermissionDenied { path: path.to_owned() },
+        _ => ConnectError::Io { path: path.to_owned(), source },
+    })?;
+    let found = probe.peer_cred().ok().and_then(|c| c.pid()).and_then(|p| u32::try_from(p).ok());
+    match found {
+        Some(pid) if descends_from(pid, ancestor) => {
+            drop(probe);
+            Ok((connect_checked(path, Some(pid)).await?, pid))
+        }
+        _ => Err(ConnectError::WrongPeer { path: path.to_owned(), expected: ancestor, found: found.map(|p| p as i32) }),
+    }
+}
+
+/// Whether `pid`'s chain of parents reaches `ancestor` (read from /proc; a few steps).
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut current = pid;
+    for _ in 0..16 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{current}/stat")) else { return false };
+        // The fields after the command name, which is in parentheses and may hold any byte.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+        let Some(parent) = after.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) else { return false };
+        if parent == ancestor {
+            return true;
+        }
+        if parent <= 1 {
+            return false;
+        }
+        current = parent;
+    }
+    false
+}
+
 /// Adds `x-cc-peer` / `x-cc-secret` to every request.
 #[derive(Clone)]
 pub struct PresentSecret {

@@ -98,7 +98,7 @@ where
     }
     // Checked after PDEATHSIG is set, so a supervisor that died in between is noticed.
     let parent = nix::unistd::getppid().as_raw() as u32;
-    if parent != bootstrap.supervisor_pid {
+    if bootstrap.supervisor_pid != 0 && parent != bootstrap.supervisor_pid {
         return fail(format!(
             "started by pid {parent}, not by the supervisor (pid {}): exiting",
             bootstrap.supervisor_pid

@@ -183,7 +183,7 @@ impl Roots {
         let how = OpenHow::new()
             .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK)
             .resolve(BENEATH);
-        let fd = openat2(root.dir.as_fd(), &rel, how).map_err(|e| Self::resolve_error(path, e))?;
+        let fd = beneath(root.dir.as_fd(), &rel, how).map_err(|e| Self::resolve_error(path, e))?;
         let stat = fstat(fd.as_fd()).map_err(|e| ConfineError::io(path, e))?;
         if !is(&stat, SFlag::S_IFREG) {
             return Err(ConfineError::refused(path, "not a regular file"));
@@ -287,7 +287,7 @@ impl Roots {
     pub fn open_dir(&self, path: &Path) -> Result<OwnedFd, ConfineError> {
         let (root, rel) = self.locate(path)?;
         let how = OpenHow::new().flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC).resolve(BENEATH);
-        openat2(root.dir.as_fd(), &rel, how).map_err(|e| Self::resolve_error(path, e))
+        beneath(root.dir.as_fd(), &rel, how).map_err(|e| Self::resolve_error(path, e))
     }
 
     /// Opens (creating as needed) the parent directory, one component at a time, each
@@ -318,6 +318,20 @@ impl Roots {
             };
         }
         Ok(current)
+    }
+}
+
+/// openat2 beneath `dir`, retried when the kernel answers EAGAIN: with RESOLVE_BENEATH
+/// a path holding `..` fails so whenever anything on the machine renamed during the
+/// lookup (the kernel cannot then prove the `..` stayed inside), and the man page asks
+/// callers to retry. A few tries; a storm of renames still ends in a clear refusal.
+fn beneath(dir: std::os::fd::BorrowedFd<'_>, path: &Path, how: OpenHow) -> Result<OwnedFd, Errno> {
+    let mut tries = 0;
+    loop {
+        match openat2(dir, path, how) {
+            Err(Errno::EAGAIN) if tries < 32 => tries += 1,
+            other => return other,
+        }
     }
 }
 

@@ -11,6 +11,8 @@ use crate::system::{SystemEntry, SystemView};
 
 /// Where our init is bound inside every envelope.
 pub const INIT_INSIDE: &str = "/run/cc/init";
+/// Where the runner kind shows the cc-runner binary.
+pub const RUNNER_INSIDE: &str = "/run/cc/runner";
 /// Where the run's bridge sockets are bound, `<port>.sock` each.
 pub const BRIDGES_INSIDE: &str = "/run/cc/bridges";
 
@@ -20,6 +22,9 @@ pub enum Kind {
     Overlay,
     /// The harness bash: only the run's working directory RW.
     HarnessBash,
+    /// The runner: the run's working dir, repos and agent work RW (the roots its
+    /// tools confine to), attachments RO, and its socket's directory.
+    Runner,
 }
 
 /// What one launch needs besides the policy.
@@ -32,6 +37,8 @@ pub struct Envelope<'a> {
     pub protected: &'a [PathBuf],
     /// The host path of the cc-init binary.
     pub init: &'a Path,
+    /// The host path of the cc-runner binary (the runner kind runs it, and only it).
+    pub runner: &'a Path,
     pub env: &'a BTreeMap<String, String>,
     pub argv: &'a [OsString],
     /// The data directory: hidden behind an empty read-only tmpfs, so that only the
@@ -43,6 +50,17 @@ pub struct Envelope<'a> {
 pub fn roots(policy: &RunPolicy, kind: Kind) -> (Vec<PathBuf>, Vec<PathBuf>) {
     match kind {
         Kind::HarnessBash => (vec![policy.work_dir.clone()], vec![]),
+        Kind::Runner => {
+            let mut writable: Vec<PathBuf> = vec![policy.work_dir.clone()];
+            for root in [&policy.repos, &policy.agent_work, &policy.runner_socket_dir].into_iter().flatten() {
+                // A root inside another is already visible through it.
+                if !writable.iter().any(|w| root.starts_with(w)) {
+                    writable.retain(|w| !w.starts_with(root));
+                    writable.push(root.clone());
+                }
+            }
+            (writable, policy.attachments.clone().into_iter().collect())
+        }
         Kind::Overlay => {
             let writable: Vec<PathBuf> =
                 [policy.agent_work.clone(), policy.repos.clone()].into_iter().flatten().collect();
@@ -57,7 +75,7 @@ pub fn roots(policy: &RunPolicy, kind: Kind) -> (Vec<PathBuf>, Vec<PathBuf>) {
 /// working directory is the person's repository copy, not a place for dotfiles.
 pub fn home(policy: &RunPolicy, kind: Kind) -> PathBuf {
     match kind {
-        Kind::HarnessBash => PathBuf::from("/tmp"),
+        Kind::HarnessBash | Kind::Runner => PathBuf::from("/tmp"),
         Kind::Overlay => policy.home().to_owned(),
     }
 }
@@ -147,6 +165,9 @@ impl Envelope<'_> {
             }
         }
         a.bind("--ro-bind", self.init, Path::new(INIT_INSIDE));
+        if self.kind == Kind::Runner {
+            a.bind("--ro-bind", self.runner, Path::new(RUNNER_INSIDE));
+        }
         // The run's sockets, for our init to bridge; the workload cannot open AF_UNIX
         // sockets (seccomp), so it reaches them only as 127.0.0.1:<port>.
         for (port, socket) in &self.policy.bridges {
@@ -160,6 +181,12 @@ impl Envelope<'_> {
         a.flag("--remount-ro").arg("/");
         a.flag("--chdir").arg(&self.policy.work_dir);
         a.flag("--").arg(INIT_INSIDE);
+        if self.kind == Kind::Runner {
+            // The runner serves its own socket, and nothing else: it needs AF_UNIX,
+            // no bridges, and runs no command of the caller's.
+            a.flag("--allow-unix").flag("--").arg(RUNNER_INSIDE);
+            return a.0;
+        }
         for port in self.policy.bridges.keys() {
             a.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}.sock"));
         }
@@ -220,6 +247,7 @@ mod tests {
             write_deny: vec!["/home/me/src/demo".into(), "/d/conversations/c1/repos/demo/.git/config".into()],
             env: BTreeMap::new(),
             bridges: BTreeMap::new(),
+            runner_socket_dir: Some("/d/conversations/c1/sock".into()),
             identities: vec![],
         }
     }
@@ -247,6 +275,7 @@ mod tests {
             system: &v,
             protected,
             init: Path::new("/opt/cc/cc-sandboxd"),
+            runner: Path::new("/opt/cc/cc-runner"),
             data_dir: Some(Path::new("/d")),
             env: &env,
             argv: &argv,
@@ -256,6 +285,28 @@ mod tests {
 
     fn position(args: &[String], window: &[&str]) -> Option<usize> {
         args.windows(window.len()).position(|w| w.iter().zip(window).all(|(a, b)| a == b))
+    }
+
+    #[test]
+    fn the_runner_kind_binds_its_roots_and_socket_and_runs_only_the_runner() {
+        let a = args(Kind::Runner, &[]);
+        for root in ["/d/conversations/c1/repos", "/d/conversations/c1/agents/a/work", "/d/conversations/c1/sock"] {
+            assert!(position(&a, &["--bind", root, root]).is_some(), "{root}: {a:?}");
+        }
+        // The working dir is inside repos/, visible through it (it is bound again only as
+        // a pinned directory above the protected .git/config, after the roots).
+        let (writable, _) = roots(&policy(), Kind::Runner);
+        assert!(!writable.iter().any(|w| w.ends_with("repos/demo")), "{writable:?}");
+        assert!(!a.iter().any(|x| x.contains("agents/a/config")), "the agent's config is not the runner's");
+        assert!(position(&a, &["--ro-bind", "/opt/cc/cc-runner", RUNNER_INSIDE]).is_some());
+        assert!(a.ends_with(&[INIT_INSIDE.into(), "--allow-unix".into(), "--".into(), RUNNER_INSIDE.into()]), "{a:?}");
+        assert!(!a.iter().any(|x| x == "echo hi"), "no command of the caller's");
+        for flag in ["--unshare-net", "--unshare-pid", "--unshare-user", "--die-with-parent", "--clearenv"] {
+            assert!(a.iter().any(|x| x == flag), "{flag}");
+        }
+        // Other kinds never bind the runner or its socket, nor allow AF_UNIX.
+        let b = args(Kind::HarnessBash, &[]);
+        assert!(!b.iter().any(|x| x.contains("/sock") || x == "--allow-unix" || x == RUNNER_INSIDE), "{b:?}");
     }
 
     #[test]
@@ -353,6 +404,7 @@ mod tests {
             system: &v,
             protected: &[],
             init: Path::new("/i"),
+            runner: Path::new("/r"),
             data_dir: None,
             env: &env,
             argv: &argv,

@@ -1,4 +1,5 @@
-//! Our init: PID 1 inside every native envelope (`cc-init [--bridge PORT=SOCKET]… -- CMD…`).
+//! Our init: PID 1 inside every native envelope
+//! (`cc-init [--bridge PORT=SOCKET]… [--allow-unix] -- CMD…`).
 //!
 //! In order:
 //! 1. set `no_new_privs`;
@@ -66,8 +67,14 @@ pub fn main(args: &[OsString]) -> ExitCode {
         return fail("usage: cc-init [--bridge PORT=SOCKET]… -- COMMAND [ARGS…]".into());
     };
     let mut bridge_args = Vec::new();
+    // Only the runner kind passes it: the runner serves its own unix socket.
+    let mut allow_unix = false;
     let mut options = args[..separator].iter();
     while let Some(option) = options.next() {
+        if option == "--allow-unix" {
+            allow_unix = true;
+            continue;
+        }
         match (option.to_str(), options.next()) {
             (Some("--bridge"), Some(value)) => bridge_args.push(value.clone()),
             _ => return fail(format!("unknown option {}", option.to_string_lossy())),
@@ -84,7 +91,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     {
         return fail(format!("cannot start the bridges: {e}"));
     }
-    if let Err(e) = crate::seccomp::install(false) {
+    if let Err(e) = crate::seccomp::install(allow_unix) {
         return fail(format!("cannot install the seccomp filter, refusing to run the command: {e}"));
     }
     run_command(program, rest)

@@ -95,6 +95,7 @@ pub struct Launcher {
     probe: ProbeResult,
     system: SystemView,
     init: PathBuf,
+    runner: PathBuf,
     runs: Arc<Runs>,
     data_dir: PathBuf,
 }
@@ -113,7 +114,8 @@ impl Launcher {
         let init = std::env::current_exe()
             .map(|exe| exe.with_file_name("cc-init"))
             .unwrap_or_else(|_| PathBuf::from("cc-init"));
-        Self { probe, system: SystemView::discover(), init, runs, data_dir }
+        let runner = init.with_file_name("cc-runner");
+        Self { probe, system: SystemView::discover(), init, runner, runs, data_dir }
     }
 
     pub fn probe(&self) -> &ProbeResult {
@@ -131,9 +133,10 @@ impl Launcher {
         let kind = match pb::DispatchKind::try_from(kind) {
             Ok(pb::DispatchKind::Overlay) => Kind::Overlay,
             Ok(pb::DispatchKind::HarnessBash) => Kind::HarnessBash,
+            Ok(pb::DispatchKind::Runner) => Kind::Runner,
             _ => return Err(Status::invalid_argument(format!("unknown dispatch kind {kind}"))),
         };
-        if argv.is_empty() || argv[0].is_empty() {
+        if kind != Kind::Runner && (argv.is_empty() || argv[0].is_empty()) {
             return Err(Status::invalid_argument("argv is empty"));
         }
         if argv.iter().any(|a| a.contains(&0)) {
@@ -142,7 +145,11 @@ impl Launcher {
         if argv.iter().map(Vec::len).sum::<usize>() > MAX_ARGV_BYTES {
             return Err(Status::invalid_argument("argv is over 1 MiB"));
         }
-        let argv: Vec<OsString> = argv.iter().map(|a| OsStr::from_bytes(a).to_owned()).collect();
+        let argv: Vec<OsString> = if kind == Kind::Runner {
+            vec![OsString::from(bwrap::RUNNER_INSIDE)]
+        } else {
+            argv.iter().map(|a| OsStr::from_bytes(a).to_owned()).collect()
+        };
         let home = bwrap::home(&policy, kind);
         // vars_os: a host variable that is not UTF-8 is dropped, never a panic.
         let inherited: Vec<(String, String)> =
@@ -165,6 +172,7 @@ impl Launcher {
             system: &self.system,
             protected: &protected,
             init: &self.init,
+            runner: &self.runner,
             env: &p.env,
             argv: &p.argv,
             data_dir: Some(&self.data_dir),
@@ -175,11 +183,7 @@ impl Launcher {
     pub fn explain(&self, request: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
         let p = self.prepare(&request.run_id, request.kind, &request.argv)?;
         let argv = match self.probe.backend {
-            Backend::Native => {
-                let mut all = vec![self.probe.bwrap.clone().unwrap_or_default().into_os_string()];
-                all.extend(self.envelope_args(&p, false)?);
-                all
-            }
+            Backend::Native => self.full_argv(&p, false)?,
             Backend::None => p.argv.clone(),
         };
         Ok(pb::ExplainResponse {
@@ -192,10 +196,36 @@ impl Launcher {
         })
     }
 
+    fn full_argv(&self, p: &Prepared, create: bool) -> Result<Vec<OsString>, Status> {
+        let mut all = vec![self.probe.bwrap.clone().unwrap_or_default().into_os_string()];
+        all.extend(self.envelope_args(p, create)?);
+        Ok(all)
+    }
+
+    /// The runner's envelope, to be executed by the supervisor (see the proto). Its
+    /// vectors are created as for a launch, because this argv is run.
+    pub fn runner_envelope(&self, run_id: &str) -> Result<pb::ExplainResponse, Status> {
+        let p = self.prepare(run_id, pb::DispatchKind::Runner as i32, &[])?;
+        let (backend, argv) = match self.probe.backend {
+            Backend::Native => (pb::Backend::Native, self.full_argv(&p, true)?),
+            Backend::None => (pb::Backend::None, vec![]),
+        };
+        Ok(pb::ExplainResponse {
+            backend: backend as i32,
+            argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            env: p.env.into_iter().collect(),
+        })
+    }
+
     pub async fn launch(
         self: Arc<Self>,
         request: pb::LaunchRequest,
     ) -> Result<ReceiverStream<Result<pb::LaunchEvent, Status>>, Status> {
+        if request.kind == pb::DispatchKind::Runner as i32 {
+            return Err(Status::invalid_argument(
+                "the runner kind is not launched: the supervisor starts it from RunnerEnvelope",
+            ));
+        }
         let prepared = {
             let this = self.clone();
             let r = request.clone();

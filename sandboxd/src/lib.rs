@@ -123,6 +123,19 @@ impl Sandboxd for SandboxdService {
     async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
         Ok(Response::new(self.launcher.explain(request.into_inner())?))
     }
+
+    async fn runner_envelope(
+        &self,
+        request: Request<pb::RunnerEnvelopeRequest>,
+    ) -> Result<Response<pb::ExplainResponse>, Status> {
+        let launcher = self.launcher.clone();
+        let run_id = request.into_inner().run_id;
+        // Creating the missing vectors touches the disk: off the async threads.
+        let answer = tokio::task::spawn_blocking(move || launcher.runner_envelope(&run_id))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(answer))
+    }
 }
 
 pub(crate) fn short(text: &str) -> String {

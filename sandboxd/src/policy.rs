@@ -20,6 +20,8 @@ pub struct RunPolicy {
     pub env: BTreeMap<String, String>,
     /// Loopback port inside the envelope → the run's unix socket on the host.
     pub bridges: BTreeMap<u16, PathBuf>,
+    /// The directory of the run's runner socket (the runner kind binds it writable).
+    pub runner_socket_dir: Option<PathBuf>,
     /// Each root's device and inode at registration, checked again before every
     /// launch: a root replaced by a symlink (or moved) since is refused.
     pub identities: Vec<(PathBuf, (u64, u64))>,
@@ -130,6 +132,7 @@ impl RunPolicy {
             agent_config: bind_root("agent_config", &p.agent_config)?,
             repos: bind_root("repos", &p.repos)?,
             attachments: bind_root("attachments", &p.attachments)?,
+            runner_socket_dir: bind_root("runner_socket_dir", &p.runner_socket_dir)?,
             work_dir: bind_root("work_dir", &p.work_dir)?.ok_or(PolicyError::NoWorkDir)?,
             write_deny,
             env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -153,6 +156,7 @@ impl RunPolicy {
             ("agent_config", &self.agent_config),
             ("repos", &self.repos),
             ("attachments", &self.attachments),
+            ("runner_socket_dir", &self.runner_socket_dir),
         ] {
             if let Some(r) = root {
                 roots.push((field, r));

@@ -185,6 +185,7 @@ mod tests {
             write_deny: deny.iter().map(PathBuf::from).collect(),
             env: BTreeMap::new(),
             bridges: BTreeMap::new(),
+            runner_socket_dir: None,
             identities: vec![],
         }
     }

@@ -76,6 +76,7 @@ fn policy(w: &World) -> pb::RunPolicy {
             ("GIT_CONFIG_COUNT".to_owned(), "1".to_owned()),
         ]),
         bridges: vec![],
+        runner_socket_dir: vec![],
     }
 }
 
@@ -377,10 +378,20 @@ async fn bad_requests_are_refused_and_unregister_kills() {
         (0, vec![b"true".to_vec()]),
         (BASH as i32, vec![]),
         (BASH as i32, vec![b"a\0b".to_vec()]),
+        // The runner kind is started by the supervisor from RunnerEnvelope, never launched.
+        (pb::DispatchKind::Runner as i32, vec![b"sh".to_vec()]),
     ] {
         let err = client.launch(launch("r1", kind, argv)).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     }
+
+    // With no native backend, the runner's envelope is empty (the supervisor then
+    // starts the runner unwrapped), and for an unknown run it is not found.
+    let envelope =
+        client.runner_envelope(pb::RunnerEnvelopeRequest { run_id: "r1".into() }).await.unwrap().into_inner();
+    assert!(envelope.argv.is_empty() && envelope.backend == pb::Backend::None as i32);
+    let err = client.runner_envelope(pb::RunnerEnvelopeRequest { run_id: "nope".into() }).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
 
     // A run's launches die with its unregistration.
     let mut stream =

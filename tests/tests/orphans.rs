@@ -27,3 +27,50 @@ fn helpers_die_with_a_killed_supervisor() {
         }
     }
 }
+
+/// The run's runner lives in its own `runner` envelope: other namespaces, no
+/// capability, a seccomp filter, a view holding the run's roots and not the registered
+/// checkout or the supervisor's state; and it dies with a SIGKILLed supervisor.
+#[test]
+fn the_runner_is_enveloped_and_dies_with_a_killed_supervisor() {
+    cc_tests::become_subreaper();
+    let mut f = cc_tests::runs::fixture(None);
+    let run = f.start_run("chat");
+    let shown = f.sup.ccctl_json(&["run", "show", &run]);
+    let pid = shown["runner_pid"].as_u64().unwrap() as u32;
+    let events = cc_tests::runs::text(&f.sup.ccctl(&["--json", "events"])).0;
+    let started = events.lines().find(|l| l.contains("run_started")).expect("a run_started event");
+    let native = started.contains("runner_envelope") && started.contains("native");
+    if std::env::var("CC_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        assert!(native, "the runner must be enveloped where bubblewrap works: {events}");
+    }
+    assert_eq!(cc_tests::runs::text(&f.tool(&run, &["read", "README.md"])).0, "# demo\n");
+    if native {
+        let ns = |p: &str, which: &str| std::fs::read_link(format!("/proc/{p}/ns/{which}")).unwrap();
+        for which in ["pid", "net", "mnt", "user", "ipc"] {
+            assert_ne!(ns(&pid.to_string(), which), ns("self", which), "{which} namespace");
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+        assert!(status.contains("Seccomp:\t2"), "{status}");
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+        let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
+        let inside = |p: &std::path::Path| root.join(p.strip_prefix("/").unwrap());
+        assert!(inside(&f.copy().join("README.md")).exists(), "the run's copy is there");
+        assert!(!inside(&f.checkout.join("README.md")).exists(), "the registered checkout is not");
+        let data = std::fs::canonicalize(&f.sup.data_dir).unwrap();
+        assert!(!inside(&data.join("state.db")).exists(), "the supervisor's state is not");
+        assert!(!inside(&data.join("sock/api.sock")).exists(), "the supervisor's socket is not");
+    }
+    f.sup.signal(Signal::SIGKILL);
+    wait_with_limit(&mut f.sup.child, Duration::from_secs(5));
+    // The runner is reaped by the envelope's init as the namespace goes (bubblewrap,
+    // orphaned, is ours to reap): wait until it is gone, with a deadline.
+    let reaper = std::thread::spawn(|| while nix::sys::wait::wait().is_ok() {});
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while alive(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!alive(pid), "the runner (pid {pid}) survived its supervisor");
+    drop(reaper);
+}

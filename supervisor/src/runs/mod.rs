@@ -101,7 +101,9 @@ fn internal(what: &str) -> impl FnOnce(crate::store::StoreError) -> Status + '_ 
 }
 
 /// The policy sandboxd builds every envelope of the run from.
-pub fn sandbox_policy(run_id: &str, paths: &RunPaths) -> sb::RunPolicy {
+/// `runner_socket_dir`: where the run's runner listens (it must exist), for the
+/// runner's envelope; `None` when no runner is started (explain).
+pub fn sandbox_policy(run_id: &str, paths: &RunPaths, runner_socket_dir: Option<&Path>) -> sb::RunPolicy {
     sb::RunPolicy {
         run_id: run_id.to_owned(),
         agent_work: path_bytes(&paths.agent_work),
@@ -112,6 +114,7 @@ pub fn sandbox_policy(run_id: &str, paths: &RunPaths) -> sb::RunPolicy {
         write_deny: paths.write_deny.iter().map(|p| path_bytes(p)).collect(),
         env: Default::default(),
         bridges: vec![],
+        runner_socket_dir: runner_socket_dir.map(path_bytes).unwrap_or_default(),
     }
 }
 
@@ -165,6 +168,25 @@ fn hand_to_service_user(data: &DataDir, conversation: &str) -> std::io::Result<(
         std::os::unix::fs::lchown(entry.path(), Some(uid), Some(gid))?;
     }
     Ok(())
+}
+
+/// The runner's socket directory, 0700: made if missing; if there, it must be a real
+/// directory of ours or (under root, from an earlier run) the service user's.
+fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new().mode(0o700).create(dir),
+        Err(e) => Err(e),
+        Ok(meta) => {
+            let ours = meta.uid() == nix::unistd::geteuid().as_raw();
+            let service = nix::unistd::geteuid().is_root() && meta.uid() == cc_sandboxd::probe::UNPRIVILEGED.0;
+            if meta.is_dir() && (ours || service) && meta.mode() & 0o077 == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::other("not a private directory of ours or the service user's: refusing to use it"))
+            }
+        }
+    }
 }
 
 fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
@@ -280,6 +302,11 @@ impl RunManager {
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(Status::from)?;
         let roots = runner_roots(&paths)?;
+        let socket = runner_socket(&self.env.data, &record.id, &id);
+        // Made here, before the envelope that binds it: the runner listens in it.
+        let socket_dir = socket.parent().map(Path::to_owned).unwrap_or_default();
+        make_socket_dir(&socket_dir)
+            .map_err(|e| Status::internal(format!("cannot make {}: {e}", socket_dir.display())))?;
         if nix::unistd::geteuid().is_root() {
             let (data, conversation) = (self.env.data.clone(), record.id.clone());
             tokio::task::spawn_blocking(move || hand_to_service_user(&data, &conversation))
@@ -289,12 +316,11 @@ impl RunManager {
         }
 
         let mut sandboxd = self.env.channels.sandboxd().await?;
-        sandboxd.register_run(sandbox_policy(&id, &paths)).await?;
-        let socket = runner_socket(&self.env.data, &record.id, &id);
+        sandboxd.register_run(sandbox_policy(&id, &paths, Some(&socket_dir))).await?;
         // runner_roots has checked that the run's paths are UTF-8.
         let home = paths.agent_work.to_string_lossy().into_owned();
-        let started = self.start_runner(&id, roots, home, &socket).await;
-        let (child, pid, runner) = match started {
+        let started = self.start_runner(&mut sandboxd, &id, roots, home, &socket).await;
+        let (child, pid, runner, envelope) = match started {
             Ok(up) => up,
             Err(status) => {
                 let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.clone() }).await;
@@ -338,19 +364,39 @@ impl RunManager {
                 "adapter": request.adapter,
                 "network": false,
                 "runner_pid": pid,
+                "runner_envelope": envelope,
             }),
         );
         tokio::spawn(self.clone().watch(id, child, stop_rx));
         Ok(live)
     }
 
+    /// Starts the run's runner: inside its `runner` envelope where sandboxd has a
+    /// native backend, else directly (as the service user under root). Returns the
+    /// process the run owns (bubblewrap, or the runner), the runner's own pid, its
+    /// client, and "native" or "unwrapped".
     async fn start_runner(
         &self,
+        sandboxd: &mut crate::channels::SandboxdClientWithSecret,
         id: &str,
         roots: String,
         home: String,
         socket: &Path,
-    ) -> Result<(tokio::process::Child, u32, RunnerClientWithSecret), Status> {
+    ) -> Result<(tokio::process::Child, u32, RunnerClientWithSecret, &'static str), Status> {
+        let envelope =
+            sandboxd.runner_envelope(sb::RunnerEnvelopeRequest { run_id: id.to_owned() }).await?.into_inner();
+        let enveloped = envelope.backend == sb::Backend::Native as i32 && !envelope.argv.is_empty();
+        let (program, args) =
+            if enveloped {
+                let argv: Vec<String> =
+                    envelope.argv.into_iter().map(String::from_utf8).collect::<Result<_, _>>().map_err(|_| {
+                        Status::failed_precondition("the runner's envelope has a path that is not UTF-8")
+                    })?;
+                let (program, args) = argv.split_first().ok_or_else(|| Status::internal("an empty runner envelope"))?;
+                (std::path::PathBuf::from(program), args.to_vec())
+            } else {
+                (self.env.runner_program.clone(), vec![])
+            };
         let secret = PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?;
         let socket = socket.to_owned();
         let bootstrap = Bootstrap {
@@ -359,7 +405,9 @@ impl RunManager {
             data_dir: self.env.data.root().to_owned(),
             log_format: self.env.log_format,
             peers: [(SUPERVISOR_PEER.to_owned(), secret.clone())].into(),
-            supervisor_pid: std::process::id(),
+            // In the envelope the runner's parent is our init, and the envelope dies
+            // with us (bubblewrap's --die-with-parent).
+            supervisor_pid: if enveloped { 0 } else { std::process::id() },
             options: BTreeMap::from([
                 ("roots".to_owned(), roots),
                 ("run".to_owned(), id.to_owned()),
@@ -369,16 +417,21 @@ impl RunManager {
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
         let user = nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED);
-        let mut child = start_process(&self.env.runner_program, &[], &bootstrap, self.env.timeouts, "runner", user)
+        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", user)
             .await
             .map_err(|f| Status::unavailable(format!("the run's runner did not start: {}", f.message)))?;
-        let pid = child.id().unwrap_or(0);
-        match cc_proto::client::connect_checked(&socket, Some(pid)).await {
-            Ok(channel) => {
+        let child_pid = child.id().unwrap_or(0);
+        let connected = if enveloped {
+            cc_proto::client::connect_to_descendant(&socket, child_pid).await
+        } else {
+            cc_proto::client::connect_checked(&socket, Some(child_pid)).await.map(|c| (c, child_pid))
+        };
+        match connected {
+            Ok((channel, runner_pid)) => {
                 let auth = PresentSecret::new(SUPERVISOR_PEER, &secret);
                 let client = RunnerClient::new(InterceptedService::new(channel, auth))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                Ok((child, pid, client))
+                Ok((child, runner_pid, client, if enveloped { "native" } else { "unwrapped" }))
             }
             Err(e) => {
                 stop_child(&mut child, self.env.timeouts.1).await;
