@@ -107,7 +107,9 @@ where
     if let Err(e) = hardening::harden(spec.capabilities) {
         return fail(e.to_string());
     }
-    logging::init(bootstrap.log_format, "info");
+    // CC_LOG, or (for a helper in an envelope, whose environment is cleared) the
+    // supervisor's filter passed in the bootstrap.
+    logging::init(bootstrap.log_format, bootstrap.options.get("log").map_or("info", String::as_str));
 
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,

@@ -414,6 +414,10 @@ impl RunManager {
                 ("home".to_owned(), home),
             ]),
         };
+        let mut bootstrap = bootstrap;
+        if let Ok(filter) = std::env::var("CC_LOG") {
+            bootstrap.options.insert("log".to_owned(), filter);
+        }
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
         let user = nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED);
