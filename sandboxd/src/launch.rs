@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,7 +162,7 @@ impl Launcher {
         Ok(Prepared { policy, kind, argv, env })
     }
 
-    fn envelope_args(&self, p: &Prepared, create: bool) -> Result<Vec<OsString>, Status> {
+    fn envelope_args(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
         let (writable, _) = bwrap::roots(&p.policy, p.kind);
         let protected = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create)
             .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))?;
@@ -172,7 +172,7 @@ impl Launcher {
             system: &self.system,
             protected: &protected,
             init: &self.init,
-            runner: &self.runner,
+            runner,
             env: &p.env,
             argv: &p.argv,
             data_dir: Some(&self.data_dir),
@@ -197,17 +197,21 @@ impl Launcher {
     }
 
     fn full_argv(&self, p: &Prepared, create: bool) -> Result<Vec<OsString>, Status> {
+        self.full_argv_with(p, create, &self.runner)
+    }
+
+    fn full_argv_with(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
         let mut all = vec![self.probe.bwrap.clone().unwrap_or_default().into_os_string()];
-        all.extend(self.envelope_args(p, create)?);
+        all.extend(self.envelope_args(p, create, runner)?);
         Ok(all)
     }
 
     /// The runner's envelope, to be executed by the supervisor (see the proto). Its
     /// vectors are created as for a launch, because this argv is run.
-    pub fn runner_envelope(&self, run_id: &str) -> Result<pb::ExplainResponse, Status> {
+    pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::ExplainResponse, Status> {
         let p = self.prepare(run_id, pb::DispatchKind::Runner as i32, &[])?;
         let (backend, argv) = match self.probe.backend {
-            Backend::Native => (pb::Backend::Native, self.full_argv(&p, true)?),
+            Backend::Native => (pb::Backend::Native, self.full_argv_with(&p, true, program.unwrap_or(&self.runner))?),
             Backend::None => (pb::Backend::None, vec![]),
         };
         Ok(pb::ExplainResponse {
@@ -232,7 +236,7 @@ impl Launcher {
             tokio::task::spawn_blocking(move || {
                 let p = this.prepare(&r.run_id, r.kind, &r.argv)?;
                 let args = match this.probe.backend {
-                    Backend::Native => Some(this.envelope_args(&p, true)?),
+                    Backend::Native => Some(this.envelope_args(&p, true, &this.runner)?),
                     Backend::None => None,
                 };
                 Ok::<_, Status>((p, args))

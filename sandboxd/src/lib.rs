@@ -17,6 +17,7 @@ pub mod seccomp;
 pub mod system;
 pub mod violations;
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -129,9 +130,23 @@ impl Sandboxd for SandboxdService {
         request: Request<pb::RunnerEnvelopeRequest>,
     ) -> Result<Response<pb::ExplainResponse>, Status> {
         let launcher = self.launcher.clone();
-        let run_id = request.into_inner().run_id;
+        let request = request.into_inner();
+        let program = match request.runner_program.as_slice() {
+            [] => None,
+            bytes => {
+                let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes));
+                if !path.is_absolute() || bytes.contains(&0) || !path.is_file() {
+                    return Err(Status::invalid_argument(format!(
+                        "the runner program {} must be an absolute path to a file",
+                        path.display()
+                    )));
+                }
+                Some(path)
+            }
+        };
+        let run_id = request.run_id;
         // Creating the missing vectors touches the disk: off the async threads.
-        let answer = tokio::task::spawn_blocking(move || launcher.runner_envelope(&run_id))
+        let answer = tokio::task::spawn_blocking(move || launcher.runner_envelope(&run_id, program.as_deref()))
             .await
             .map_err(|e| Status::internal(e.to_string()))??;
         Ok(Response::new(answer))

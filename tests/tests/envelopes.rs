@@ -387,10 +387,16 @@ async fn bad_requests_are_refused_and_unregister_kills() {
 
     // With no native backend, the runner's envelope is empty (the supervisor then
     // starts the runner unwrapped), and for an unknown run it is not found.
-    let envelope =
-        client.runner_envelope(pb::RunnerEnvelopeRequest { run_id: "r1".into() }).await.unwrap().into_inner();
+    let envelope = client
+        .runner_envelope(pb::RunnerEnvelopeRequest { run_id: "r1".into(), runner_program: vec![] })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(envelope.argv.is_empty() && envelope.backend == pb::Backend::None as i32);
-    let err = client.runner_envelope(pb::RunnerEnvelopeRequest { run_id: "nope".into() }).await.unwrap_err();
+    let err = client
+        .runner_envelope(pb::RunnerEnvelopeRequest { run_id: "nope".into(), runner_program: vec![] })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
 
     // A run's launches die with its unregistration.

@@ -36,15 +36,16 @@ fn the_runner_is_enveloped_and_dies_with_a_killed_supervisor() {
     cc_tests::become_subreaper();
     let mut f = cc_tests::runs::fixture(None);
     let run = f.start_run("chat");
+    // The runner starts in the background; the first file tool call waits for it.
+    assert_eq!(cc_tests::runs::text(&f.tool(&run, &["read", "README.md"])).0, "# demo\n");
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
     let pid = shown["runner_pid"].as_u64().unwrap() as u32;
     let events = cc_tests::runs::text(&f.sup.ccctl(&["--json", "events"])).0;
-    let started = events.lines().find(|l| l.contains("run_started")).expect("a run_started event");
+    let started = events.lines().find(|l| l.contains("runner_ready")).expect("a runner_ready event");
     let native = started.contains("runner_envelope") && started.contains("native");
     if std::env::var("CC_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
         assert!(native, "the runner must be enveloped where bubblewrap works: {events}");
     }
-    assert_eq!(cc_tests::runs::text(&f.tool(&run, &["read", "README.md"])).0, "# demo\n");
     if native {
         let ns = |p: &str, which: &str| std::fs::read_link(format!("/proc/{p}/ns/{which}")).unwrap();
         for which in ["pid", "net", "mnt", "user", "ipc"] {

@@ -158,6 +158,8 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 fn a_killed_runner_fails_its_run_and_the_next_run_works() {
     let f = fixture(None);
     let run = f.start_run("chat");
+    // The runner starts in the background; the first file tool call waits for it.
+    assert!(f.tool(&run, &["read", "README.md"]).status.success());
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
     let pid = shown["runner_pid"].as_u64().unwrap() as i32;
     assert!(pid > 0);
@@ -251,4 +253,24 @@ fn a_bash_call_takes_its_whole_group_with_it_at_timeout_and_at_run_stop() {
     let out = call.join().unwrap();
     assert!(!out.status.success(), "the call ends with the run: {}", text(&out).1);
     assert!(wait_until(Duration::from_secs(5), || gone("1000.5")), "{:?}", processes_mentioning(Path::new("1000.5")));
+}
+
+/// The runner starts in the background: a runner that cannot start fails its run, a
+/// file tool says why, and the supervisor stays up.
+#[test]
+fn a_runner_that_cannot_start_fails_its_run() {
+    let f = fixture(Some("runner = \"/bin/false\"\n"));
+    let run = f.start_run("chat");
+    let out = f.tool(&run, &["read", "README.md"]);
+    assert!(!out.status.success());
+    let err = text(&out).1;
+    assert!(err.contains("did not start") || err.contains("is failed"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        wait_until(Duration::from_secs(10), || f.sup.ccctl_json(&["run", "show", &run])["state"] == "failed"),
+        "the run is marked failed"
+    );
+    let shown = f.sup.ccctl_json(&["run", "show", &run]);
+    assert!(shown.to_string().contains("did not start"), "{shown}");
+    assert_eq!(f.sup.helper_pids().len(), 3, "the supervisor and its helpers are still up");
 }

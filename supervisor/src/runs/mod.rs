@@ -58,13 +58,44 @@ pub struct StartRequest {
 }
 
 /// A run whose runner is up.
+/// The run's runner as calls see it. It starts in the background once the run is
+/// registered, so that a run's first bash call (all that `ccctl exec` makes) does not
+/// wait for an envelope it does not use; file tools wait until it is ready.
+#[derive(Clone)]
+pub enum RunnerSlot {
+    Starting,
+    Ready { client: Box<RunnerClientWithSecret>, pid: u32 },
+    Failed(String),
+}
+
 pub struct LiveRun {
     pub record: RunRecord,
-    pub runner_pid: u32,
-    pub runner: RunnerClientWithSecret,
+    runner: tokio::sync::watch::Receiver<RunnerSlot>,
     /// The conversation's first repository, the scope the gate sees.
     pub repo: Option<String>,
     stop: Mutex<Option<oneshot::Sender<StopRequest>>>,
+}
+
+impl LiveRun {
+    /// The runner's own pid, 0 while it starts.
+    pub fn runner_pid(&self) -> u32 {
+        match &*self.runner.borrow() {
+            RunnerSlot::Ready { pid, .. } => *pid,
+            _ => 0,
+        }
+    }
+
+    /// The runner's client, once it is ready (its start is bounded by the helper
+    /// ready timeout).
+    pub async fn ready_runner(&self) -> Result<RunnerClientWithSecret, Status> {
+        let mut slot = self.runner.clone();
+        let ready = slot.wait_for(|s| !matches!(s, RunnerSlot::Starting)).await;
+        match ready.map(|s| s.clone()) {
+            Ok(RunnerSlot::Ready { client, .. }) => Ok(*client),
+            Ok(RunnerSlot::Failed(why)) => Err(Status::unavailable(format!("the run's runner did not start: {why}"))),
+            _ => Err(Status::unavailable("the run's runner did not start")),
+        }
+    }
 }
 
 struct StopRequest {
@@ -319,14 +350,6 @@ impl RunManager {
         sandboxd.register_run(sandbox_policy(&id, &paths, Some(&socket_dir))).await?;
         // runner_roots has checked that the run's paths are UTF-8.
         let home = paths.agent_work.to_string_lossy().into_owned();
-        let started = self.start_runner(&mut sandboxd, &id, roots, home, &socket).await;
-        let (child, pid, runner, envelope) = match started {
-            Ok(up) => up,
-            Err(status) => {
-                let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.clone() }).await;
-                return Err(status);
-            }
-        };
         let run = RunRecord {
             id: id.clone(),
             conversation: record.id.clone(),
@@ -346,10 +369,10 @@ impl RunManager {
             return Err(Status::internal(format!("cannot record the run: {e}")));
         }
         let (stop_tx, stop_rx) = oneshot::channel();
+        let (slot_tx, slot_rx) = tokio::sync::watch::channel(RunnerSlot::Starting);
         let live = Arc::new(LiveRun {
             record: run,
-            runner_pid: pid,
-            runner,
+            runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             stop: Mutex::new(Some(stop_tx)),
         });
@@ -363,11 +386,42 @@ impl RunManager {
                 "mode": request.mode.as_str(),
                 "adapter": request.adapter,
                 "network": false,
-                "runner_pid": pid,
-                "runner_envelope": envelope,
             }),
         );
-        tokio::spawn(self.clone().watch(id, child, stop_rx));
+        let this = self.clone();
+        let mut stop_rx = stop_rx;
+        tokio::spawn(async move {
+            let started = tokio::select! {
+                started = this.start_runner(&mut sandboxd, &id, roots, home, &socket) => started,
+                // Stopped while its runner starts: dropping the start kills the process
+                // (kill_on_drop), and the run ends now rather than once the runner is up.
+                request = &mut stop_rx => {
+                    let _ = slot_tx.send(RunnerSlot::Failed("the run was stopped".into()));
+                    let (reason, done) = match request {
+                        Ok(StopRequest { reason, done }) => (reason, Some(done)),
+                        Err(_) => ("the supervisor shut down".to_owned(), None),
+                    };
+                    this.finish(&id, RunState::Stopped, &reason).await;
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                    return;
+                }
+            };
+            match started {
+                Ok((child, pid, client, envelope)) => {
+                    let _ = slot_tx.send(RunnerSlot::Ready { client: Box::new(client), pid });
+                    let payload = json!({ "runner_pid": pid, "runner_envelope": envelope });
+                    this.env.events.record("runner_ready", &format!("run:{id}"), payload);
+                    this.watch(id, child, stop_rx).await;
+                }
+                Err(status) => {
+                    let why = status.message().to_owned();
+                    let _ = slot_tx.send(RunnerSlot::Failed(why.clone()));
+                    this.finish(&id, RunState::Failed, &format!("its runner did not start: {why}")).await;
+                }
+            }
+        });
         Ok(live)
     }
 
@@ -383,8 +437,9 @@ impl RunManager {
         home: String,
         socket: &Path,
     ) -> Result<(tokio::process::Child, u32, RunnerClientWithSecret, &'static str), Status> {
-        let envelope =
-            sandboxd.runner_envelope(sb::RunnerEnvelopeRequest { run_id: id.to_owned() }).await?.into_inner();
+        let request =
+            sb::RunnerEnvelopeRequest { run_id: id.to_owned(), runner_program: path_bytes(&self.env.runner_program) };
+        let envelope = sandboxd.runner_envelope(request).await?.into_inner();
         let enveloped = envelope.backend == sb::Backend::Native as i32 && !envelope.argv.is_empty();
         let (program, args) =
             if enveloped {

@@ -22,7 +22,7 @@ impl RunsService {
     }
 
     fn to_proto(&self, r: RunRecord) -> pb::Run {
-        let runner_pid = self.manager.live_run(&r.id).map(|l| l.runner_pid).unwrap_or(0);
+        let runner_pid = self.manager.live_run(&r.id).map(|l| l.runner_pid()).unwrap_or(0);
         let tools = cc_policy::tools::registry(r.mode, r.network).iter().map(|t| t.name.to_owned()).collect();
         pb::Run {
             state: match r.state {
