@@ -72,19 +72,12 @@ pub struct Roots {
 /// where a write becomes code that runs later (git's hooks and config, in any
 /// repository, nested ones and submodules included).
 fn protected(relative: &Path) -> Option<&'static str> {
-    let parts: Vec<&OsStr> = relative.components().map(|c| c.as_os_str()).collect();
-    for (i, part) in parts.iter().enumerate() {
-        if *part != ".git" {
-            continue;
-        }
-        let Some(next) = parts.get(i + 1) else { return Some("a repository's .git is not the agent's to replace") };
-        // `modules/` holds the git directories of submodules, vectors and all.
-        let vector = cc_vectors::is_git_dir_vector(next.as_bytes()) || next.as_bytes() == b"modules";
-        if vector || parts.len() == i + 2 {
-            return Some("git runs what this file says (hooks, config): it is write-protected");
-        }
-    }
-    None
+    // Anything inside a .git: hooks and config, but also worktrees/*/commondir,
+    // rebase-merge and sequencer todo lists (whose `exec` lines run on --continue),
+    // modules/ (submodules' git dirs). The file tools have no business there.
+    relative.components().any(|c| c.as_os_str() == ".git").then_some(
+        "a repository's .git is git's own (hooks, config, todo lists run code): the tools do not write in it",
+    )
 }
 
 const BENEATH: ResolveFlag = ResolveFlag::RESOLVE_BENEATH.union(ResolveFlag::RESOLVE_NO_MAGICLINKS);
@@ -263,6 +256,13 @@ impl Roots {
         let inside = real.strip_prefix(&root.real).map(Path::to_owned).unwrap_or_default();
         if let Some(why) = protected(&inside.join(name)) {
             return Err(ConfineError::refused(path, why));
+        }
+        let in_home = |rel: &str| self.home.as_ref().is_some_and(|h| h.join(rel) == real.join(name));
+        if in_home(cc_vectors::HOME_GIT_CONFIG) {
+            return Err(ConfineError::refused(
+                path,
+                "git reads HOME's .config/git/config as its global config: it is write-protected",
+            ));
         }
         if self.home.as_deref() == Some(real.as_path()) && cc_vectors::is_rc_file(name.as_bytes()) {
             return Err(ConfineError::refused(
@@ -523,6 +523,13 @@ mod tests {
         let why = refused(roots.write(Path::new(".bashrc"), b"evil"));
         assert!(why.contains("start-up file"), "{why}");
         refused(roots.write(&f.work.join("./.gitconfig"), b"evil"));
+        let why = refused(roots.write(Path::new(".config/git/config"), b"[core]\n\tfsmonitor = evil\n"));
+        assert!(why.contains("global config"), "{why}");
+        for inside_git in
+            ["repo/.git/worktrees/w/commondir", "repo/.git/rebase-merge/git-rebase-todo", "repo/.git/sequencer/todo"]
+        {
+            refused(roots.write(Path::new(inside_git), b"exec evil"));
+        }
         roots.write(Path::new("deep/.bashrc"), b"only HOME's own are run").unwrap();
         refused(roots.write(Path::new("new/.git/hooks/post-checkout"), b"x"));
         assert!(!f.work.join("new").exists(), "no parent is made for a refused path");

@@ -64,7 +64,7 @@ pub fn read(roots: &Roots, path: &Path, offset: usize, limit: usize) -> Result<R
     let mut lines = text.split_inclusive('\n').skip(offset);
     let window: Vec<&str> = lines.by_ref().take(limit).collect();
     let more = lines.next().is_some();
-    Ok(ReadOutput::Text { text: window.concat(), first_line: offset + 1, lines: window.len(), more })
+    Ok(ReadOutput::Text { text: window.concat(), first_line: offset.saturating_add(1), lines: window.len(), more })
 }
 
 pub fn write(roots: &Roots, path: &Path, content: &[u8]) -> Result<(), ToolError> {

@@ -4,7 +4,7 @@
 //! Hunks must match their context exactly (diffy applies no fuzz): a patch written
 //! against other text fails rather than landing somewhere else.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::confine::Roots;
 use crate::files::{MAX_FILE_BYTES, ToolError};
@@ -32,6 +32,12 @@ fn file_name(raw: &str) -> Option<PathBuf> {
     }
     let name = name.strip_prefix("a/").or_else(|| name.strip_prefix("b/")).unwrap_or(name);
     Some(PathBuf::from(name))
+}
+
+/// A path with `.` components and repeated slashes dropped, for telling whether two
+/// names in a patch are one file.
+fn spelling(path: &Path) -> PathBuf {
+    path.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect()
 }
 
 /// Splits a multi-file diff into one text per file, each starting at its `---` line.
@@ -69,7 +75,16 @@ pub fn apply_patch(roots: &Roots, text: &str) -> Result<Vec<Change>, ToolError> 
         let Some(path) = new.clone().or_else(|| old.clone()) else {
             return Err(ToolError::Failed("a file in the patch names neither an old nor a new file".into()));
         };
-        if plan.iter().any(|p| p.path == path) {
+        if let (Some(o), Some(n)) = (&old, &new)
+            && spelling(o) != spelling(n)
+        {
+            return Err(ToolError::Failed(format!(
+                "{} -> {}: renames are not supported; give a deletion and a creation",
+                o.display(),
+                n.display()
+            )));
+        }
+        if plan.iter().any(|p| spelling(&p.path) == spelling(&path)) {
             return Err(ToolError::Failed(format!("{}: named twice in one patch", path.display())));
         }
         roots.may_change(&path)?;
@@ -78,7 +93,21 @@ pub fn apply_patch(roots: &Roots, text: &str) -> Result<Vec<Change>, ToolError> 
         }
         let before = match &old {
             Some(o) => Some(roots.read(o, MAX_FILE_BYTES).map(|(b, _)| b)?),
-            None => None,
+            // A creation must not replace a file (nor would its undo know what to put back).
+            None => match roots.open_read(&path) {
+                Ok(_) => {
+                    return Err(ToolError::Failed(format!(
+                        "{}: already exists; a creation (--- /dev/null) must name a new file",
+                        path.display()
+                    )));
+                }
+                Err(crate::confine::ConfineError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            },
         };
         let base = match &before {
             Some(b) => std::str::from_utf8(b).map_err(|_| {
@@ -172,6 +201,22 @@ mod tests {
         assert!(std::fs::read_to_string(work.join("a.txt")).unwrap().starts_with("one\n2\n"));
         assert_eq!(std::fs::read_to_string(work.join("src/new.rs")).unwrap(), "fn main() {\n}\n");
         assert!(!work.join("gone.txt").exists());
+    }
+
+    #[test]
+    fn a_creation_over_a_file_a_rename_and_one_file_twice_are_refused_and_change_nothing() {
+        let (_t, work, roots) = roots();
+        std::fs::write(work.join("README.md"), "keep\n").unwrap();
+        std::fs::create_dir(work.join("src")).unwrap();
+        for patch in [
+            "--- /dev/null\n+++ b/README.md\n@@ -0,0 +1 @@\n+x\n--- /dev/null\n+++ b/src\n@@ -0,0 +1 @@\n+x\n",
+            "--- a/README.md\n+++ b/other.md\n@@ -1 +1 @@\n-keep\n+moved\n",
+            "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-keep\n+one\n--- a/./README.md\n+++ b/./README.md\n@@ -1 +1 @@\n-keep\n+two\n",
+        ] {
+            assert!(apply_patch(&roots, patch).is_err(), "{patch}");
+            assert_eq!(std::fs::read_to_string(work.join("README.md")).unwrap(), "keep\n", "{patch}");
+            assert!(!work.join("other.md").exists());
+        }
     }
 
     #[test]

@@ -158,6 +158,9 @@ fn git_and_shell_code_execution_vectors_are_write_protected_however_spelled() {
         format!("{agent_work}/.profile"),
         format!("{agent_work}/.gitconfig"),
         format!("{agent_work}/.zshenv"),
+        format!("{agent_work}/.config/git/config"),
+        ".git/worktrees/w/commondir".to_owned(),
+        ".git/rebase-merge/git-rebase-todo".to_owned(),
     ];
     for path in &vectors {
         assert_no_tool_writes(&f, &run, path);
@@ -380,6 +383,10 @@ fn a_path_rule_cannot_be_spelled_around() {
         let patch = format!("--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x\n");
         assert_refused(&f.tool_stdin(&run, &["apply-patch"], &patch), "denied", &format!("patch {path}"));
     }
+    // A quoted name would be decoded by the runner's parser and not by the gate's rules.
+    let quoted = "--- /dev/null\n+++ \"b/secret/x\"\n@@ -0,0 +1 @@\n+x\n";
+    let out = f.tool_stdin(&run, &["apply-patch"], quoted);
+    assert!(!out.status.success() && text(&out).1.contains("quoted"), "{}", text(&out).1);
     assert!(!copy.join("secret").exists());
     assert!(f.tool_stdin(&run, &["write", "public/x"], "x\n").status.success());
 }

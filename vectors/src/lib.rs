@@ -21,6 +21,10 @@ pub const RC_FILES: &[&str] = &[
     ".gitconfig",
 ];
 
+/// git's other global configuration file, relative to HOME (XDG's place for
+/// `.gitconfig`): the runner write-protects it too.
+pub const HOME_GIT_CONFIG: &str = ".config/git/config";
+
 /// The entries of a git directory that make git run something: hooks, the
 /// configuration (`core.hooksPath`, `core.fsmonitor`, filters, `diff.external`, …) in
 /// its three places, and `commondir`, which points git at another repository's.

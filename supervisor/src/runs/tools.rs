@@ -34,18 +34,28 @@ fn shown(bytes: &[u8]) -> String {
     Path::new(OsStr::from_bytes(bytes)).to_string_lossy().into_owned()
 }
 
-/// The file names a unified diff touches, as its `---`/`+++` lines give them.
-fn patch_paths(patch: &str) -> Vec<String> {
-    let mut paths: Vec<String> = patch
+/// The file names a unified diff touches, as its `---`/`+++` lines give them. A
+/// quoted name (git's C-style escapes) is refused: the runner's parser would decode it
+/// and the gate's rules would see it still quoted, so the two must not disagree.
+fn patch_paths(patch: &str) -> Result<Vec<String>, Status> {
+    let names: Vec<&str> = patch
         .lines()
         .filter_map(|l| l.strip_prefix("+++ ").or_else(|| l.strip_prefix("--- ")))
         .map(|name| name.split('\t').next().unwrap_or(name).trim_end())
+        .collect();
+    if names.iter().any(|n| n.starts_with('"')) {
+        return Err(Status::invalid_argument(
+            "a quoted file name in the patch: quoted names are not supported; rename the file with bash",
+        ));
+    }
+    let mut paths: Vec<String> = names
+        .into_iter()
         .filter(|name| *name != "/dev/null")
         .map(|name| name.strip_prefix("a/").or_else(|| name.strip_prefix("b/")).unwrap_or(name).to_owned())
         .collect();
     paths.sort();
     paths.dedup();
-    paths
+    Ok(paths)
 }
 
 /// A path as the gate's path rules see it: relative to the run's working directory
@@ -93,7 +103,7 @@ pub fn describe(call: &rn::ToolCall, work_dir: &Path) -> Result<Described, Statu
         Call::Read(r) => d("read", vec![shown(&r.path)]),
         Call::Write(w) => d("write", vec![shown(&w.path)]),
         Call::Edit(e) => d("edit", vec![shown(&e.path)]),
-        Call::ApplyPatch(p) => d("apply_patch", patch_paths(&p.patch)),
+        Call::ApplyPatch(p) => d("apply_patch", patch_paths(&p.patch)?),
         Call::Search(s) => d("search", start(&s.path)),
         Call::Find(f) => d("find", start(&f.path)),
         Call::SearchFiles(f) => d("search_files", start(&f.path)),
@@ -151,7 +161,7 @@ impl RunManager {
         if let Some(Call::Bash(bash)) = call.call {
             return self.bash(&run, bash).await;
         }
-        let mut runner = run.runner.clone();
+        let mut runner = run.ready_runner().await?;
         match runner.call(call).await {
             Ok(result) => Ok(one(Event::Result(result.into_inner()))),
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
@@ -287,6 +297,9 @@ mod tests {
         let d = describe(&call(Call::Bash(rn::BashCall { command: "ls".into(), timeout_seconds: 0 })), w).unwrap();
         assert_eq!((d.tool, d.command_line.as_deref()), ("bash", Some("ls")));
         assert!(describe(&rn::ToolCall { call: None }, w).is_err());
+        let quoted = "--- /dev/null\n+++ \"b/secret/x\"\n@@ -0,0 +1 @@\n+x\n";
+        let err = describe(&call(Call::ApplyPatch(rn::ApplyPatchCall { patch: quoted.into() })), w).err().unwrap();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
         let d = describe(&call(Call::Write(rn::WriteCall { path: b"./secret//x/".to_vec(), content: vec![] })), w);
         assert_eq!(d.unwrap().paths, vec!["secret/x"]);
     }
