@@ -49,13 +49,7 @@ pub async fn connect_checked(path: &Path, expected_pid: Option<u32>) -> Result<C
             Err(ConnectError::WrongPeer { path: path.to_owned(), expected, found })
         }
     };
-    let first = UnixStream::connect(path).await.map_err(|source| match source.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
-            ConnectError::NotListening { path: path.to_owned() }
-        }
-        io::ErrorKind::PermissionDenied => ConnectError::PermissionDenied { path: path.to_owned() },
-        _ => ConnectError::Io { path: path.to_owned(), source },
-    })?;
+    let first = first_connect(path).await?;
     check(&first, path)?;
     let first = Arc::new(Mutex::new(Some(first)));
     let socket = path.to_owned();
@@ -86,13 +80,7 @@ pub async fn connect_checked(path: &Path, expected_pid: Option<u32>) -> Result<C
 /// served by a descendant of `ancestor`, and that process is the only one trusted from
 /// then on. Returns the channel and the server's pid (in our pid namespace).
 pub async fn connect_to_descendant(path: &Path, ancestor: u32) -> Result<(Channel, u32), ConnectError> {
-    let probe = UnixStream::connect(path).await.map_err(|source| match source.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
-            ConnectError::NotListening { path: path.to_owned() }
-        }
-        io::ErrorKind::PermissionDenied => ConnectError::PermissionDenied { path: path.to_owned() },
-        _ => ConnectError::Io { path: path.to_owned(), source },
-    })?;
+    let probe = first_connect(path).await?;
     let found = probe.peer_cred().ok().and_then(|c| c.pid()).and_then(|p| u32::try_from(p).ok());
     match found {
         Some(pid) if descends_from(pid, ancestor) => {
@@ -101,6 +89,17 @@ pub async fn connect_to_descendant(path: &Path, ancestor: u32) -> Result<(Channe
         }
         _ => Err(ConnectError::WrongPeer { path: path.to_owned(), expected: ancestor, found: found.map(|p| p as i32) }),
     }
+}
+
+/// The first connection, its failure told apart: nobody listening, not allowed, other.
+async fn first_connect(path: &Path) -> Result<UnixStream, ConnectError> {
+    UnixStream::connect(path).await.map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+            ConnectError::NotListening { path: path.to_owned() }
+        }
+        io::ErrorKind::PermissionDenied => ConnectError::PermissionDenied { path: path.to_owned() },
+        _ => ConnectError::Io { path: path.to_owned(), source },
+    })
 }
 
 /// Whether `pid`'s chain of parents reaches `ancestor` (read from /proc; a few steps).

@@ -68,9 +68,10 @@ pub struct Roots {
     home: Option<PathBuf>,
 }
 
-/// What makes a write to a path inside a writable root refused anyway: the places
-/// where a write becomes code that runs later (git's hooks and config, in any
-/// repository, nested ones and submodules included).
+/// What makes a write to a path inside a writable root refused anyway, by its path
+/// below the root: anything inside a `.git`, where a write becomes code that runs
+/// later (in any repository, nested ones and submodules included). HOME's start-up
+/// files are judged in `entry_to_change`, which knows where HOME is.
 fn protected(relative: &Path) -> Option<&'static str> {
     // Anything inside a .git: hooks and config, but also worktrees/*/commondir,
     // rebase-merge and sequencer todo lists (whose `exec` lines run on --continue),
@@ -257,8 +258,7 @@ impl Roots {
         if let Some(why) = protected(&inside.join(name)) {
             return Err(ConfineError::refused(path, why));
         }
-        let in_home = |rel: &str| self.home.as_ref().is_some_and(|h| h.join(rel) == real.join(name));
-        if in_home(cc_vectors::HOME_GIT_CONFIG) {
+        if self.home.as_ref().is_some_and(|h| h.join(cc_vectors::HOME_GIT_CONFIG) == real.join(name)) {
             return Err(ConfineError::refused(
                 path,
                 "git reads HOME's .config/git/config as its global config: it is write-protected",

@@ -183,7 +183,7 @@ impl Launcher {
     pub fn explain(&self, request: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
         let p = self.prepare(&request.run_id, request.kind, &request.argv)?;
         let argv = match self.probe.backend {
-            Backend::Native => self.full_argv(&p, false)?,
+            Backend::Native => self.full_argv(&p, false, &self.runner)?,
             Backend::None => p.argv.clone(),
         };
         Ok(pb::ExplainResponse {
@@ -196,11 +196,8 @@ impl Launcher {
         })
     }
 
-    fn full_argv(&self, p: &Prepared, create: bool) -> Result<Vec<OsString>, Status> {
-        self.full_argv_with(p, create, &self.runner)
-    }
-
-    fn full_argv_with(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
+    /// bubblewrap's path, then its options and the command.
+    fn full_argv(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
         let mut all = vec![self.probe.bwrap.clone().unwrap_or_default().into_os_string()];
         all.extend(self.envelope_args(p, create, runner)?);
         Ok(all)
@@ -211,7 +208,7 @@ impl Launcher {
     pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::ExplainResponse, Status> {
         let p = self.prepare(run_id, pb::DispatchKind::Runner as i32, &[])?;
         let (backend, argv) = match self.probe.backend {
-            Backend::Native => (pb::Backend::Native, self.full_argv_with(&p, true, program.unwrap_or(&self.runner))?),
+            Backend::Native => (pb::Backend::Native, self.full_argv(&p, true, program.unwrap_or(&self.runner))?),
             Backend::None => (pb::Backend::None, vec![]),
         };
         Ok(pb::ExplainResponse {

@@ -220,6 +220,21 @@ fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Why a run stops, and whom to tell once it has: a stop request, or the manager
+/// gone (shutdown without a stop), when the runner goes too.
+fn stop_reason(request: Result<StopRequest, oneshot::error::RecvError>) -> (String, Option<oneshot::Sender<()>>) {
+    match request {
+        Ok(StopRequest { reason, done }) => (reason, Some(done)),
+        Err(_) => ("the supervisor shut down".to_owned(), None),
+    }
+}
+
+fn answer(done: Option<oneshot::Sender<()>>) {
+    if let Some(done) = done {
+        let _ = done.send(());
+    }
+}
+
 fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match status {
@@ -397,14 +412,9 @@ impl RunManager {
                 // (kill_on_drop), and the run ends now rather than once the runner is up.
                 request = &mut stop_rx => {
                     let _ = slot_tx.send(RunnerSlot::Failed("the run was stopped".into()));
-                    let (reason, done) = match request {
-                        Ok(StopRequest { reason, done }) => (reason, Some(done)),
-                        Err(_) => ("the supervisor shut down".to_owned(), None),
-                    };
+                    let (reason, done) = stop_reason(request);
                     this.finish(&id, RunState::Stopped, &reason).await;
-                    if let Some(done) = done {
-                        let _ = done.send(());
-                    }
+                    answer(done);
                     return;
                 }
             };
@@ -454,7 +464,7 @@ impl RunManager {
             };
         let secret = PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?;
         let socket = socket.to_owned();
-        let bootstrap = Bootstrap {
+        let mut bootstrap = Bootstrap {
             name: "runner".into(),
             socket: socket.clone(),
             data_dir: self.env.data.root().to_owned(),
@@ -469,7 +479,6 @@ impl RunManager {
                 ("home".to_owned(), home),
             ]),
         };
-        let mut bootstrap = bootstrap;
         if let Ok(filter) = std::env::var("CC_LOG") {
             bootstrap.options.insert("log".to_owned(), filter);
         }
@@ -511,22 +520,14 @@ impl RunManager {
             status = child.wait() => {
                 (RunState::Failed, format!("its runner exited ({})", describe_exit(status.ok())), None)
             }
-            request = stop => match request {
-                Ok(StopRequest { reason, done }) => {
-                    stop_child(&mut child, self.env.timeouts.1).await;
-                    (RunState::Stopped, reason, Some(done))
-                }
-                // The manager went away (shutdown without a stop): the runner goes too.
-                Err(_) => {
-                    stop_child(&mut child, self.env.timeouts.1).await;
-                    (RunState::Stopped, "the supervisor shut down".to_owned(), None)
-                }
-            },
+            request = stop => {
+                stop_child(&mut child, self.env.timeouts.1).await;
+                let (reason, done) = stop_reason(request);
+                (RunState::Stopped, reason, done)
+            }
         };
         self.finish(&id, state, &reason).await;
-        if let Some(done) = done {
-            let _ = done.send(());
-        }
+        answer(done);
     }
 
     async fn finish(&self, id: &str, state: RunState, reason: &str) {
