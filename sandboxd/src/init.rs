@@ -20,7 +20,8 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
-use nix::sys::wait::{WaitStatus, waitpid};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 /// The exit status when the envelope could not be set up; the workload never ran.
@@ -154,32 +155,79 @@ fn join(client: TcpStream, socket: &std::path::Path) {
 }
 
 fn run_command(program: &OsStr, rest: &[OsString]) -> ExitCode {
-    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP]) {
-        Ok(s) => s,
-        Err(e) => return fail(format!("cannot handle signals: {e}")),
-    };
-    let child = match Command::new(program).args(rest).spawn() {
-        Ok(c) => c,
+    // Taken with sigwait rather than by a handler thread. Blocked signals are never
+    // ignored, so a SIGTERM from outside still reaches us: with the default disposition
+    // the kernel drops every signal but SIGKILL sent to PID 1 of a pid namespace. The
+    // command starts with an empty mask ([`spawn`]).
+    let mut waited = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+        waited.add(signal);
+    }
+    if let Err(e) = waited.thread_block() {
+        return fail(format!("cannot block the forwarded signals: {e}"));
+    }
+    let child = match spawn(program, rest) {
+        Ok(pid) => pid,
         Err(e) => {
-            eprintln!("cc-init: cannot run {}: {e}", program.to_string_lossy());
-            return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
+            eprintln!("cc-init: cannot run {}: {}", program.to_string_lossy(), e.desc());
+            return ExitCode::from(if e == nix::Error::ENOENT { 127 } else { 126 });
         }
     };
-    let child = Pid::from_raw(child.id() as i32);
-    std::thread::spawn(move || {
-        for signal in signals.forever() {
-            if let Ok(signal) = nix::sys::signal::Signal::try_from(signal) {
+    loop {
+        match waited.wait() {
+            Ok(Signal::SIGCHLD) => {
+                if let Some(code) = reap(child) {
+                    return code;
+                }
+            }
+            Ok(signal) => {
                 let _ = nix::sys::signal::kill(child, signal);
             }
+            Err(nix::Error::EINTR) => {}
+            Err(e) => return fail(format!("cannot wait for a signal: {e}")),
         }
-    });
+    }
+}
+
+/// Starts the command as the workload expects a fresh process: no signal blocked (ours
+/// are, for sigwait, and a mask is inherited across exec) and SIGPIPE at its default
+/// (the Rust runtime ignores it, and an ignored signal is inherited too). std's
+/// `Command` restores neither, so it is posix_spawn with both set explicitly.
+fn spawn(program: &OsStr, rest: &[OsString]) -> nix::Result<Pid> {
+    use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawnp};
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| nix::Error::EINVAL);
+    let program = c(program)?;
+    let mut argv = vec![program.clone()];
+    for arg in rest {
+        argv.push(c(arg)?);
+    }
+    let env: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()).ok())
+        .collect();
+    let mut attr = PosixSpawnAttr::init()?;
+    attr.set_sigmask(&SigSet::empty())?;
+    let mut pipe = SigSet::empty();
+    pipe.add(Signal::SIGPIPE);
+    attr.set_sigdefault(&pipe)?;
+    attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF)?;
+    posix_spawnp(&program, &PosixSpawnFileActions::init()?, &attr, &argv, &env)
+}
+
+/// Reaps every child that has exited (orphans included); the command's exit status
+/// once it is among them.
+fn reap(command: Pid) -> Option<ExitCode> {
     loop {
-        match waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == child => return ExitCode::from(code as u8),
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == child => return ExitCode::from(128 + signal as u8),
-            // An orphan reaped, or a stop: keep waiting for the command.
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == command => return Some(ExitCode::from(code as u8)),
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == command => {
+                return Some(ExitCode::from(128 + signal as u8));
+            }
+            Ok(WaitStatus::StillAlive) => return None,
+            // An orphan reaped: look for more.
             Ok(_) | Err(nix::Error::EINTR) => {}
-            Err(e) => return fail(format!("cannot wait for the command: {e}")),
+            Err(e) => return Some(fail(format!("cannot wait for the command: {e}"))),
         }
     }
 }

@@ -82,28 +82,45 @@ fn equals(arg: u8, value: u64) -> Result<SeccompRule, SeccompError> {
     Ok(SeccompRule::new(vec![SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)?])?)
 }
 
-/// Refuses every syscall number with the x32 bit (0x40000000) set: seccompiler's
-/// programs check the architecture but not the x32 ABI, under which every number
-/// above would be reachable again on a kernel built with it.
-fn x32_program() -> BpfProgram {
+/// The `AUDIT_ARCH_*` value the kernel reports for this architecture.
+fn audit_arch(arch: TargetArch) -> u32 {
+    match arch {
+        TargetArch::x86_64 => 0xC000_003E,
+        TargetArch::aarch64 => 0xC000_00B7,
+        TargetArch::riscv64 => 0xC000_00F3,
+    }
+}
+
+/// Runs before seccompiler's program, for the two answers it cannot give: every
+/// syscall number with the x32 bit (0x40000000) set is refused (seccompiler checks
+/// the architecture but not the x32 ABI, under which every number it denies would be
+/// reachable again), and `clone3` is answered ENOSYS (its flags live in memory a
+/// filter cannot read; libc falls back to `clone`, whose flags the rules check). For
+/// another architecture it jumps straight to seccompiler's own architecture check.
+fn prefix(arch: TargetArch) -> BpfProgram {
     use seccompiler::sock_filter;
-    // BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K (linux/filter.h).
+    // linux/filter.h and linux/seccomp.h: seccomp_data.nr is at 0, .arch at 4.
     const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
     const JGE_K: u16 = 0x35;
     const RET_K: u16 = 0x06;
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
     vec![
-        sock_filter { code: LD_W_ABS, jt: 0, jf: 0, k: 0 },
-        sock_filter { code: JGE_K, jt: 0, jf: 1, k: 0x4000_0000 },
-        sock_filter { code: RET_K, jt: 0, jf: 0, k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32 },
-        sock_filter { code: RET_K, jt: 0, jf: 0, k: libc::SECCOMP_RET_ALLOW },
+        op(LD_W_ABS, 0, 0, 4),
+        op(JEQ_K, 0, 5, audit_arch(arch)),
+        op(LD_W_ABS, 0, 0, 0),
+        op(JGE_K, 0, 1, 0x4000_0000),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        op(JEQ_K, 0, 1, libc::SYS_clone3 as u32),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
     ]
 }
 
-/// The programs, in the order they are installed: the x32 guard, the EPERM list, then
-/// `clone3` answered with ENOSYS (its flags live in memory a filter cannot read; libc
-/// falls back to `clone`, whose flags the EPERM list checks). `allow_unix`: our own
-/// bridge process, which must connect to the run's sockets, keeps AF_UNIX.
-pub fn programs_for(allow_unix: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+/// The one program installed: [`prefix`], then the EPERM list. One program rather
+/// than three, because each `seccomp()` call is a JIT compile of its own on every
+/// launch. `allow_unix`: our own bridge process, which must connect to the run's
+/// sockets, and the runner, which serves its own, keep AF_UNIX.
+pub fn program_for(allow_unix: bool) -> Result<BpfProgram, SeccompError> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&nr| (nr, vec![])).collect();
     rules.insert(libc::SYS_pidfd_getfd, vec![]);
@@ -120,26 +137,20 @@ pub fn programs_for(allow_unix: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let (tiocsti, tioclinux) = (libc::TIOCSTI as u64, libc::TIOCLINUX as u64);
     rules.insert(libc::SYS_ioctl, vec![equals(1, tiocsti)?, equals(1, tioclinux)?]);
     let eperm = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)?;
-    let clone3 = SeccompFilter::new(
-        [(libc::SYS_clone3, vec![])].into_iter().collect(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )?;
-    Ok(vec![x32_program(), eperm.try_into()?, clone3.try_into()?])
+    let mut program = prefix(arch);
+    program.extend(BpfProgram::try_from(eperm)?);
+    Ok(program)
 }
 
-/// The workload's programs.
-pub fn programs() -> Result<Vec<BpfProgram>, SeccompError> {
-    programs_for(false)
+/// The workload's program.
+pub fn program() -> Result<BpfProgram, SeccompError> {
+    program_for(false)
 }
 
-/// Installs the programs on this thread (and so on every process it starts). Needs
+/// Installs the program on this thread (and so on every process it starts). Needs
 /// `no_new_privs`, which the init sets first.
 pub fn install(allow_unix: bool) -> Result<(), SeccompError> {
-    for program in programs_for(allow_unix)? {
-        seccompiler::apply_filter(&program)?;
-    }
+    seccompiler::apply_filter(&program_for(allow_unix)?)?;
     Ok(())
 }
 
@@ -147,8 +158,19 @@ pub fn install(allow_unix: bool) -> Result<(), SeccompError> {
 mod tests {
     #[test]
     fn the_filter_compiles_for_this_architecture() {
-        let programs = super::programs().unwrap();
-        assert_eq!(programs.len(), 3);
-        assert!(programs.iter().all(|p| !p.is_empty()));
+        let program = super::program().unwrap();
+        // The prefix, then seccompiler's program, within the kernel's limit.
+        assert!(program.len() > super::prefix(super::arch().unwrap()).len() && program.len() <= 4096);
+    }
+
+    #[test]
+    fn the_prefix_jumps_stay_inside_it() {
+        let prefix = super::prefix(super::arch().unwrap());
+        for (at, op) in prefix.iter().enumerate() {
+            // A jump lands at most one past the prefix: the start of seccompiler's program.
+            assert!(at + 1 + usize::from(op.jt.max(op.jf)) <= prefix.len(), "instruction {at}");
+        }
+        // A foreign architecture skips to seccompiler's own check.
+        assert_eq!(2 + usize::from(prefix[1].jf), prefix.len());
     }
 }

@@ -269,6 +269,63 @@ async fn nothing_of_a_launch_outlives_it() {
     }
 }
 
+/// The pid of the envelope's init whose command line holds `needle`.
+fn init_running(needle: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+        let cmdline = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
+        (cmdline.starts_with("/run/cc/init -- ") && cmdline.contains(needle))
+            .then(|| e.file_name().to_str()?.parse().ok())?
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_from_outside_reaches_the_command_through_our_init() {
+    // The kernel drops a signal sent to PID 1 of a pid namespace unless PID 1 handles
+    // it or has it blocked: our init must take SIGTERM and hand it on.
+    use tokio_stream::StreamExt;
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let script = "trap 'echo got-term; exit 7' TERM; sleep 1051 & echo ready; wait";
+    let request = pb::LaunchRequest {
+        run_id: "r1".into(),
+        kind: BASH as i32,
+        argv: vec![b"/bin/sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
+        timeout_seconds: 30,
+    };
+    let mut stream = client.launch(request).await.unwrap().into_inner();
+    let (mut stdout, mut exit, mut signalled) = (String::new(), None, false);
+    while let Some(event) = stream.next().await {
+        match event.unwrap().event {
+            Some(pb::launch_event::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_event::Event::Exit(e)) => exit = Some(e),
+            _ => {}
+        }
+        if stdout.contains("ready") && !signalled {
+            let init = init_running("got-term").expect("the envelope's init is running");
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(init), nix::sys::signal::Signal::SIGTERM).unwrap();
+            signalled = true;
+        }
+    }
+    let exit = exit.expect("an exit event");
+    assert_eq!(exit.code, Some(7), "the command's trap did not run: {stdout:?} {exit:?}");
+    assert!(stdout.contains("got-term"));
+    assert!(!host_has_process("sleep 1051"), "the background job outlived the envelope");
+    // And the command starts as a fresh process would: nothing blocked, SIGPIPE not
+    // ignored (`yes | head` must end `yes`).
+    let out = run(&mut client, "r1", BASH, "grep -E '^Sig(Blk|Ign)' /proc/self/status").await;
+    let field = |name: &str| {
+        let line = out.stdout.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{out:?}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    assert_eq!(field("SigBlk:"), 0, "{}", out.stdout);
+    assert_eq!(
+        field("SigIgn:") & (1 << (nix::sys::signal::Signal::SIGPIPE as u32 - 1)),
+        0,
+        "SIGPIPE is ignored: {}",
+        out.stdout
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_environment_is_sanitized_whatever_is_passed() {
     let w = world();
