@@ -41,8 +41,9 @@ pub struct Envelope<'a> {
     pub runner: &'a Path,
     pub env: &'a BTreeMap<String, String>,
     pub argv: &'a [OsString],
-    /// The data directory: hidden behind an empty read-only tmpfs, so that only the
-    /// run's roots inside it are visible (not state.db, the sockets, other runs).
+    /// The data directory, so that only the run's roots inside it are visible (not
+    /// state.db, the sockets, other runs): hidden behind an empty read-only tmpfs when
+    /// a system directory bound into the envelope holds it.
     pub data_dir: Option<&'a Path>,
 }
 
@@ -124,7 +125,14 @@ impl Envelope<'_> {
         // /tmp they would be writable scratch that looks like the host's paths: each
         // such tree gets a tmpfs of its own, made read-only once the binds are in.
         let mut skeletons = tmp_skeletons(writable.iter().chain(&readonly));
-        skeletons.extend(self.data_dir.map(Path::to_owned));
+        // Every root is inside the data directory (the policy checks it), so only a
+        // bound system directory could show the rest of it. Anywhere else only the
+        // directories leading to the roots exist, on the read-only root or in a
+        // skeleton: a tmpfs of its own would be one more mount for every launch.
+        let shown_by_system = |data: &&Path| {
+            self.system.entries.iter().any(|e| matches!(e, SystemEntry::Dir(dir) if data.starts_with(dir)))
+        };
+        skeletons.extend(self.data_dir.filter(shown_by_system).map(Path::to_owned));
         for top in &skeletons {
             a.flag("--tmpfs").arg(top);
         }
@@ -377,12 +385,42 @@ mod tests {
         for dir in ["/d/conversations/c1/repos/demo", "/d/conversations/c1/repos/demo/.git"] {
             assert!(position(&a, &["--bind", dir, dir]).is_some(), "{dir} not pinned: {a:?}");
         }
-        // The data dir is masked before the roots are bound, and read-only at the end.
-        let mask = position(&a, &["--tmpfs", "/d"]).unwrap();
-        let first_root = a.iter().position(|x| x == "--bind").unwrap();
-        assert!(mask < first_root);
-        assert!(position(&a, &["--remount-ro", "/d"]).unwrap() > first_root);
+        // /d is not under a bound system directory: nothing shows the rest of it, and it
+        // costs no mount of its own.
+        assert!(position(&a, &["--tmpfs", "/d"]).is_none(), "{a:?}");
         assert!(a.contains(&"--disable-userns".to_owned()));
+    }
+
+    #[test]
+    fn a_data_dir_under_a_system_directory_is_masked_before_the_roots() {
+        let mut p = policy();
+        let move_root = |r: &mut PathBuf| *r = Path::new("/opt/cc").join(r.strip_prefix("/d").unwrap());
+        move_root(&mut p.work_dir);
+        for root in [&mut p.agent_work, &mut p.repos, &mut p.agent_config, &mut p.runner_socket_dir] {
+            root.as_mut().map(move_root);
+        }
+        let mut v = view();
+        v.entries.push(SystemEntry::Dir("/opt".into()));
+        let (env, argv) = (BTreeMap::new(), vec![OsString::from("true")]);
+        let a: Vec<String> = Envelope {
+            policy: &p,
+            kind: Kind::Overlay,
+            system: &v,
+            protected: &[],
+            init: Path::new("/i"),
+            runner: Path::new("/r"),
+            data_dir: Some(Path::new("/opt/cc")),
+            env: &env,
+            argv: &argv,
+        }
+        .bwrap_args()
+        .into_iter()
+        .map(|x| x.into_string().unwrap())
+        .collect();
+        let mask = position(&a, &["--tmpfs", "/opt/cc"]).unwrap();
+        let first_root = a.iter().position(|x| x == "--bind").unwrap();
+        assert!(position(&a, &["--ro-bind", "/opt", "/opt"]).unwrap() < mask && mask < first_root);
+        assert!(position(&a, &["--remount-ro", "/opt/cc"]).unwrap() > first_root);
     }
 
     #[test]

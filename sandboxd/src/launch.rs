@@ -18,7 +18,7 @@ use tonic::Status;
 use crate::bwrap::{self, Envelope, Kind};
 use crate::policy::RunPolicy;
 use crate::probe::{Backend, ProbeResult};
-use crate::system::SystemView;
+use crate::system::{Reader, SystemView};
 use crate::violations::{Deduplicator, scan_line};
 use crate::{environment, protect, short};
 
@@ -166,10 +166,14 @@ impl Launcher {
         let (writable, _) = bwrap::roots(&p.policy, p.kind);
         let protected = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create)
             .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))?;
+        let reader = match service_user(&p.policy) {
+            Some((uid, gid)) => Reader::User { uid, gid },
+            None => Reader::Ourselves,
+        };
         Ok(Envelope {
             policy: &p.policy,
             kind: p.kind,
-            system: &self.system,
+            system: &self.system.for_reader(reader),
             protected: &protected,
             init: &self.init,
             runner,

@@ -47,7 +47,9 @@ pub enum PolicyError {
     BadPort(u32),
     #[error("bridge socket {0} is not a unix socket")]
     NotASocket(PathBuf),
-    #[error("{field} {path} is outside the data directory {data_dir}: sandboxd binds only the run's own directories")]
+    #[error(
+        "{field} {path} is not inside the data directory {data_dir}: sandboxd binds only the run's own directories"
+    )]
     OutsideDataDir { field: &'static str, path: PathBuf, data_dir: PathBuf },
     #[error("the run's {path} changed since it was registered (moved or replaced by a link): refusing to launch")]
     Changed { path: PathBuf },
@@ -140,7 +142,8 @@ impl RunPolicy {
         };
         let mut identities = Vec::new();
         for (field, root) in policy.roots() {
-            if !root.starts_with(data_dir) {
+            // Strictly inside: the data directory itself holds state.db and the sockets.
+            if !root.starts_with(data_dir) || root == data_dir {
                 return Err(PolicyError::OutsideDataDir { field, path: root.clone(), data_dir: data_dir.to_owned() });
             }
             let id = identity(root).ok_or_else(|| PolicyError::NotADirectory { field, path: root.clone() })?;
@@ -196,7 +199,7 @@ mod tests {
     fn resolves_and_checks_roots() {
         let tmp = tempfile::tempdir().unwrap();
         let work = std::fs::canonicalize(tmp.path()).unwrap();
-        let p = RunPolicy::from_proto(&proto(&work), &work).unwrap();
+        let p = RunPolicy::from_proto(&proto(&work), work.parent().unwrap()).unwrap();
         assert_eq!(p.work_dir, work);
         assert_eq!(p.home(), work);
         p.verify().unwrap();
@@ -205,6 +208,7 @@ mod tests {
             RunPolicy::from_proto(&proto(&work), &std::fs::canonicalize(elsewhere.path()).unwrap()),
             Err(PolicyError::OutsideDataDir { .. })
         ));
+        assert!(matches!(RunPolicy::from_proto(&proto(&work), &work), Err(PolicyError::OutsideDataDir { .. })));
 
         let link = work.join("link");
         std::os::unix::fs::symlink("/etc", &link).unwrap();
@@ -256,7 +260,7 @@ mod tests {
         std::os::unix::fs::symlink(work.join("real"), work.join("alias")).unwrap();
         let mut p = proto(&work);
         p.write_deny = vec![work.join("alias").as_os_str().as_bytes().to_vec()];
-        let policy = RunPolicy::from_proto(&p, &work).unwrap();
+        let policy = RunPolicy::from_proto(&p, work.parent().unwrap()).unwrap();
         assert!(policy.write_deny.contains(&work.join("alias")));
         assert!(policy.write_deny.contains(&work.join("real")));
     }
