@@ -25,6 +25,12 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("cc-bench-sbx-").tempdir()?;
     let work = std::fs::canonicalize(tmp.path())?.join("conversations/c/repos/demo");
     std::fs::create_dir_all(&work)?;
+    // A checkout, as a conversation's working directory is: its .git vectors are part
+    // of every real envelope (six more mounts).
+    let status = Command::new("git").args(["init", "-q"]).arg(&work).status().context("git init")?;
+    if !status.success() {
+        bail!("git init failed in {}", work.display());
+    }
     let socket = tmp.path().join("sock/sandboxd.sock");
     let secret = PeerSecret::generate()?;
     let mut child = Command::new(sibling("cc-sandboxd")?)
@@ -74,7 +80,22 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             timeout_seconds: 30,
         };
-        let mut samples = Vec::new();
+        // The same envelope, run directly as the user sandboxd launches as: what the
+        // API adds on top of bubblewrap and our init.
+        let explained = client
+            .explain(pb::ExplainRequest {
+                run_id: "bench".into(),
+                kind: pb::DispatchKind::HarnessBash as i32,
+                argv: vec![b"/bin/true".to_vec()],
+            })
+            .await?
+            .into_inner();
+        let direct: Vec<std::ffi::OsString> =
+            explained.argv.iter().map(|a| std::ffi::OsStr::from_bytes(a).to_owned()).collect();
+        let as_user = launch_user(&work);
+        let raw = ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"].map(std::ffi::OsString::from);
+        // Interleaved, one of each per round, so that a noisy neighbour slows all three.
+        let mut samples = Samples::default();
         for i in 0..LAUNCHES + 5 {
             let t = Instant::now();
             let mut stream = client.launch(launch(&["/bin/true"])).await?.into_inner();
@@ -87,8 +108,17 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             if code != Some(0) {
                 bail!("true exited with {code:?} in the envelope");
             }
+            let ours = t.elapsed();
+            let direct = time_once(&direct, as_user)?;
+            let raw_as_user = time_once(&raw, as_user)?;
+            let raw = time_once(&raw, None)?;
+            let bare = time_once(&[std::ffi::OsString::from("/bin/true")], None)?;
             if i >= 5 {
-                samples.push(t.elapsed());
+                samples.ours.push(ours);
+                samples.direct.push(direct);
+                samples.raw.push(raw);
+                samples.raw_as_user.push(raw_as_user);
+                samples.bare.push(bare);
             }
         }
         // An idle envelope: our init waiting on a sleeping command.
@@ -110,15 +140,20 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     let _ = child.kill();
     let _ = child.wait();
 
-    let ours = stats(ours);
-    let raw = stats(time_command(&["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"])?);
-    let bare = stats(time_command(&["/bin/true"])?);
+    let as_user = launch_user(&work).map_or("ourselves".to_owned(), |(uid, _)| format!("uid {uid}"));
+    let raw_as_user = stats(ours.raw_as_user);
+    let (ours, direct, raw, bare) = (stats(ours.ours), stats(ours.direct), stats(ours.raw), stats(ours.bare));
     report("`true` through sandboxd's Launch (native envelope)", &ours, Duration::from_millis(5));
+    report("the same envelope's argv, run directly", &direct, Duration::from_millis(5));
     report("`true` under raw bwrap --unshare-all --ro-bind / /", &raw, Duration::from_millis(5));
+    report(&format!("the same raw bwrap, as the launch user ({as_user})"), &raw_as_user, Duration::from_millis(5));
     report("`true` with no sandbox", &bare, Duration::from_millis(5));
+    let ratio = |a: &crate::Stats, b: &crate::Stats| a.median.as_secs_f64() / b.median.as_secs_f64();
     println!(
-        "ratio ours / raw bwrap: {:.2} (target at most 1.50)",
-        ours.median.as_secs_f64() / raw.median.as_secs_f64()
+        "ratio ours / raw bwrap: {:.2} (target at most 1.50); ours / raw bwrap as the launch user: {:.2}; the envelope alone / raw bwrap: {:.2}",
+        ratio(&ours, &raw),
+        ratio(&ours, &raw_as_user),
+        ratio(&direct, &raw)
     );
     match srt.filter(|s| Path::new(s).exists()) {
         Some(srt) => {
@@ -139,8 +174,41 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn time_command(argv: &[&str]) -> anyhow::Result<Vec<Duration>> {
-    time_command_n(argv, LAUNCHES)
+#[derive(Default)]
+struct Samples {
+    ours: Vec<Duration>,
+    direct: Vec<Duration>,
+    raw: Vec<Duration>,
+    raw_as_user: Vec<Duration>,
+    bare: Vec<Duration>,
+}
+
+/// Who sandboxd launches as, for running its envelope by hand the same way: as root,
+/// the owner of the working directory (or nobody); otherwise ourselves.
+fn launch_user(work: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    match std::fs::metadata(work) {
+        Ok(m) if m.uid() != 0 => Some((m.uid(), m.gid())),
+        _ => Some((65534, 65534)),
+    }
+}
+
+fn time_once(argv: &[std::ffi::OsString], user: Option<(u32, u32)>) -> anyhow::Result<Duration> {
+    use std::os::unix::process::CommandExt;
+    let t = Instant::now();
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+    }
+    let status = command.status()?;
+    if !status.success() {
+        bail!("{argv:?} failed: {status}");
+    }
+    Ok(t.elapsed())
 }
 
 pub(crate) fn time_command_n(argv: &[&str], n: usize) -> anyhow::Result<Vec<Duration>> {
