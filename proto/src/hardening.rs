@@ -5,10 +5,22 @@
 //! * all capabilities dropped (every set, the bounding set when we may) and
 //!   `no_new_privs`, for every helper except `cc-sandboxd`, which alone needs
 //!   privileges to build envelopes.
-
-use caps::CapSet;
+//!
+//! Linux only. On macOS there are no capabilities, no `no_new_privs` and no
+//! dumpable flag: [`harden`] does nothing there, and the README names what that
+//! leaves open (a same-uid process may attach to a helper that is not signed with the
+//! hardened runtime).
 
 use crate::common::v1::Hardening;
+
+#[cfg(target_os = "linux")]
+pub use caps::Capability;
+
+/// Elsewhere there are no Linux capabilities; the type exists so that each helper's
+/// policy is written once.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Capability {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CapabilityPolicy {
@@ -16,20 +28,28 @@ pub enum CapabilityPolicy {
     DropAll,
     /// Keep only these (sandboxd: what launching as another user needs), drop the rest
     /// from every set including the bounding set, and set `no_new_privs`.
-    KeepOnly(&'static [caps::Capability]),
+    KeepOnly(&'static [Capability]),
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum HardeningError {
     #[error("cannot make the process non-dumpable: {0}")]
     Dumpable(nix::Error),
+    #[cfg(target_os = "linux")]
     #[error("cannot drop capabilities ({set}): {source}")]
     Capabilities { set: &'static str, source: caps::errors::CapsError },
     #[error("cannot set no_new_privs: {0}")]
     NoNewPrivs(nix::Error),
 }
 
+#[cfg(not(target_os = "linux"))]
+pub fn harden(_policy: CapabilityPolicy) -> Result<(), HardeningError> {
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
 pub fn harden(policy: CapabilityPolicy) -> Result<(), HardeningError> {
+    use caps::CapSet;
     nix::sys::prctl::set_dumpable(false).map_err(HardeningError::Dumpable)?;
     let keep: caps::CapsHashSet = match policy {
         CapabilityPolicy::DropAll => Default::default(),
@@ -56,6 +76,13 @@ pub fn harden(policy: CapabilityPolicy) -> Result<(), HardeningError> {
 }
 
 /// What the kernel says about this process now.
+#[cfg(not(target_os = "linux"))]
+pub fn report() -> Hardening {
+    Hardening { dumpable: true, no_new_privs: false, cap_effective: "none on this system".to_owned() }
+}
+
+/// What the kernel says about this process now.
+#[cfg(target_os = "linux")]
 pub fn report() -> Hardening {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     Hardening {

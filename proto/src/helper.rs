@@ -83,6 +83,7 @@ where
         eprintln!("cc-{}: {message}", spec.name);
         ExitCode::from(2)
     };
+    #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         return fail(format!("cannot make the process non-dumpable: {e}"));
     }
@@ -93,6 +94,9 @@ where
         Ok(b) => b,
         Err(e) => return fail(e.to_string()),
     };
+    // Linux only: on macOS a helper outlives a supervisor killed with SIGKILL (the
+    // README's residual risks).
+    #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
         return fail(format!("cannot ask to die with the supervisor: {e}"));
     }

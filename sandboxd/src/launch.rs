@@ -15,10 +15,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use crate::bwrap::{self, Envelope, Kind};
+use crate::bwrap::{self, Kind};
 use crate::policy::RunPolicy;
 use crate::probe::{Backend, ProbeResult};
-use crate::system::{Reader, SystemView};
+#[cfg(not(target_os = "macos"))]
+use crate::system::SystemView;
 use crate::violations::{Deduplicator, scan_line};
 use crate::{environment, protect, short};
 
@@ -93,11 +94,16 @@ fn kill_group(group: u32) {
 
 pub struct Launcher {
     probe: ProbeResult,
+    /// The system view and our init: what a bubblewrap envelope is made of.
+    #[cfg(not(target_os = "macos"))]
     system: SystemView,
+    #[cfg(not(target_os = "macos"))]
     init: PathBuf,
     runner: PathBuf,
     runs: Arc<Runs>,
     data_dir: PathBuf,
+    #[cfg(target_os = "macos")]
+    denials: std::sync::OnceLock<Option<crate::seatbelt::DenialFeed>>,
 }
 
 /// Everything a launch or an explanation is computed from.
@@ -115,7 +121,25 @@ impl Launcher {
             .map(|exe| exe.with_file_name("cc-init"))
             .unwrap_or_else(|_| PathBuf::from("cc-init"));
         let runner = init.with_file_name("cc-runner");
-        Self { probe, system: SystemView::discover(), init, runner, runs, data_dir }
+        Self {
+            probe,
+            #[cfg(not(target_os = "macos"))]
+            system: SystemView::discover(),
+            #[cfg(not(target_os = "macos"))]
+            init,
+            runner,
+            runs,
+            data_dir,
+            #[cfg(target_os = "macos")]
+            denials: Default::default(),
+        }
+    }
+
+    /// The one reader of Seatbelt's denials, started at the first launch (it needs the
+    /// runtime); `None` when `log` cannot run.
+    #[cfg(target_os = "macos")]
+    fn denial_feed(&self) -> Option<&crate::seatbelt::DenialFeed> {
+        self.denials.get_or_init(crate::seatbelt::DenialFeed::start).as_ref()
     }
 
     pub fn probe(&self) -> &ProbeResult {
@@ -162,10 +186,27 @@ impl Launcher {
         Ok(Prepared { policy, kind, argv, env })
     }
 
+    /// The envelope program's arguments: bubblewrap's options and our init on Linux,
+    /// the SBPL profile for sandbox-exec on macOS; the command last.
     fn envelope_args(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
         let (writable, _) = bwrap::roots(&p.policy, p.kind);
         let protected = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create)
             .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))?;
+        #[cfg(target_os = "macos")]
+        {
+            let _ = runner;
+            let home = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.dir);
+            crate::seatbelt::envelope_args(&p.policy, p.kind, &protected, home.as_deref(), &self.data_dir, &p.argv)
+                .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))
+        }
+        #[cfg(not(target_os = "macos"))]
+        self.bwrap_args(p, &protected, runner)
+    }
+
+    #[cfg(not(target_os = "macos"))]
+    fn bwrap_args(&self, p: &Prepared, protected: &[PathBuf], runner: &Path) -> Result<Vec<OsString>, Status> {
+        use crate::bwrap::Envelope;
+        use crate::system::Reader;
         let reader = match service_user(&p.policy) {
             Some((uid, gid)) => Reader::User { uid, gid },
             None => Reader::Ourselves,
@@ -174,7 +215,7 @@ impl Launcher {
             policy: &p.policy,
             kind: p.kind,
             system: &self.system.for_reader(reader),
-            protected: &protected,
+            protected,
             init: &self.init,
             runner,
             env: &p.env,
@@ -200,9 +241,9 @@ impl Launcher {
         })
     }
 
-    /// bubblewrap's path, then its options and the command.
+    /// The envelope program's path, then its arguments and the command.
     fn full_argv(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
-        let mut all = vec![self.probe.bwrap.clone().unwrap_or_default().into_os_string()];
+        let mut all = vec![self.probe.program.clone().unwrap_or_default().into_os_string()];
         all.extend(self.envelope_args(p, create, runner)?);
         Ok(all)
     }
@@ -211,9 +252,12 @@ impl Launcher {
     /// vectors are created as for a launch, because this argv is run.
     pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::ExplainResponse, Status> {
         let p = self.prepare(run_id, pb::DispatchKind::Runner as i32, &[])?;
-        let (backend, argv) = match self.probe.backend {
-            Backend::Native => (pb::Backend::Native, self.full_argv(&p, true, program.unwrap_or(&self.runner))?),
-            Backend::None => (pb::Backend::None, vec![]),
+        // On macOS the runner starts unwrapped: the supervisor's check that the socket
+        // is served from inside the envelope walks /proc, which macOS does not have.
+        let native = self.probe.backend == Backend::Native && cfg!(target_os = "linux");
+        let (backend, argv) = match native {
+            true => (pb::Backend::Native, self.full_argv(&p, true, program.unwrap_or(&self.runner))?),
+            false => (pb::Backend::None, vec![]),
         };
         Ok(pb::ExplainResponse {
             backend: backend as i32,
@@ -252,9 +296,19 @@ impl Launcher {
         // /proc/<pid>/cmdline.
         let mut stdin_args = None;
         let mut command = match envelope {
+            Some(args) if cfg!(target_os = "macos") => {
+                // sandbox-exec passes its own environment on: the sanitized one.
+                let program = self.probe.program.clone().ok_or_else(|| Status::internal("no sandbox-exec"))?;
+                let mut c = tokio::process::Command::new(program);
+                c.args(&args).env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
+                c
+            }
             Some(args) => {
-                let bwrap =
-                    self.probe.bwrap.clone().ok_or_else(|| Status::internal("the native backend has no bubblewrap"))?;
+                let bwrap = self
+                    .probe
+                    .program
+                    .clone()
+                    .ok_or_else(|| Status::internal("the native backend has no bubblewrap"))?;
                 let mut c = tokio::process::Command::new(bwrap);
                 // bubblewrap takes options from the descriptor; the command stays in argv.
                 let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
@@ -293,6 +347,10 @@ impl Launcher {
         }
         let (tx, rx) = mpsc::channel(64);
         let runs = self.runs.clone();
+        // macOS reports Seatbelt's denials in its log, not to the command.
+        #[cfg(target_os = "macos")]
+        let denials =
+            native.then(|| self.denial_feed().map(|f| f.forward(group, tx.clone(), MAX_VIOLATIONS))).flatten();
         tokio::spawn(async move {
             let send = |event: Event| {
                 let tx = tx.clone();
@@ -332,6 +390,10 @@ impl Launcher {
                 let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
             }
             runs.remove(&run_id, group);
+            #[cfg(target_os = "macos")]
+            if let Some(denials) = denials {
+                denials.abort();
+            }
             use std::os::unix::process::ExitStatusExt;
             let exit =
                 pb::Exit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()), timed_out };

@@ -6,13 +6,16 @@
 
 pub mod bwrap;
 pub mod environment;
+#[cfg(target_os = "linux")]
 pub mod init;
 pub mod launch;
 pub mod policy;
 pub mod probe;
 pub mod protect;
 pub mod sbpl;
+pub mod seatbelt;
 pub mod seatbelt_log;
+#[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod system;
 pub mod violations;
@@ -22,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
-use cc_proto::hardening::CapabilityPolicy;
+use cc_proto::hardening::{Capability, CapabilityPolicy};
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::sandboxd::v1 as pb;
 use cc_proto::sandboxd::v1::sandboxd_server::{Sandboxd, SandboxdServer};
@@ -36,15 +39,19 @@ use crate::probe::{Backend, ProbeResult, SandboxChoice};
 /// As root, sandboxd keeps only what launching as the run's unprivileged user needs:
 /// switching to it, killing its processes, and creating the protected files of its
 /// directories for it. Everything else, from every set.
-pub const KEPT_CAPABILITIES: &[caps::Capability] = &[
-    caps::Capability::CAP_SETUID,
-    caps::Capability::CAP_SETGID,
-    caps::Capability::CAP_KILL,
-    caps::Capability::CAP_CHOWN,
-    caps::Capability::CAP_DAC_OVERRIDE,
-    caps::Capability::CAP_DAC_READ_SEARCH,
-    caps::Capability::CAP_FOWNER,
+#[cfg(target_os = "linux")]
+pub const KEPT_CAPABILITIES: &[Capability] = &[
+    Capability::CAP_SETUID,
+    Capability::CAP_SETGID,
+    Capability::CAP_KILL,
+    Capability::CAP_CHOWN,
+    Capability::CAP_DAC_OVERRIDE,
+    Capability::CAP_DAC_READ_SEARCH,
+    Capability::CAP_FOWNER,
 ];
+/// No capabilities elsewhere.
+#[cfg(not(target_os = "linux"))]
+pub const KEPT_CAPABILITIES: &[Capability] = &[];
 
 pub const SPEC: HelperSpec =
     HelperSpec { name: "sandboxd", capabilities: CapabilityPolicy::KeepOnly(KEPT_CAPABILITIES) };

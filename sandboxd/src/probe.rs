@@ -5,7 +5,6 @@
 //! (CLI agents and the harness/ACP wrapper) from one place.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// What the person asked for with `--sandbox`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,8 +51,9 @@ pub struct ProbeResult {
     pub backend: Backend,
     /// Why: "bubblewrap 0.8.0", "bubblewrap not found", "--sandbox off", …
     pub detail: String,
-    /// The bubblewrap that passed the test launch.
-    pub bwrap: Option<PathBuf>,
+    /// The envelope program that passed the test launch: bubblewrap on Linux,
+    /// `sandbox-exec` on macOS.
+    pub program: Option<PathBuf>,
 }
 
 impl ProbeResult {
@@ -74,10 +74,21 @@ pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
 /// Runs the probe. `bwrap` overrides the PATH lookup (configuration). As root, the test
 /// launch runs as an unprivileged user, as every real launch does.
 pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
-    let none = |detail: String| ProbeResult { backend: Backend::None, detail, bwrap: None };
     if choice == SandboxChoice::Off {
-        return none("--sandbox off".into());
+        return ProbeResult { backend: Backend::None, detail: "--sandbox off".into(), program: None };
     }
+    native_probe(bwrap)
+}
+
+#[cfg(target_os = "macos")]
+fn native_probe(_bwrap: Option<&Path>) -> ProbeResult {
+    crate::seatbelt::probe()
+}
+
+#[cfg(target_os = "linux")]
+fn native_probe(bwrap: Option<&Path>) -> ProbeResult {
+    use std::process::{Command, Stdio};
+    let none = |detail: String| ProbeResult { backend: Backend::None, detail, program: None };
     let Some(bwrap) = bwrap.map(Path::to_owned).or_else(|| find_on_path("bwrap")) else {
         return none("bubblewrap not found".into());
     };
@@ -107,7 +118,7 @@ pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
         .stdout(Stdio::null())
         .output();
     match launch {
-        Ok(out) if out.status.success() => ProbeResult { backend: Backend::Native, detail: name, bwrap: Some(bwrap) },
+        Ok(out) if out.status.success() => ProbeResult { backend: Backend::Native, detail: name, program: Some(bwrap) },
         Ok(out) => {
             let stderr = String::from_utf8_lossy(&out.stderr);
             let first = stderr.lines().next().unwrap_or("no message").trim().to_owned();
@@ -118,12 +129,14 @@ pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
 }
 
 /// `bubblewrap 0.8.0` → `0.8.0`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn parse_version(stdout: &str) -> Option<String> {
     let rest = stdout.trim().strip_prefix("bubblewrap")?.trim();
     (!rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-'))
         .then(|| rest.to_owned())
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| {
@@ -140,6 +153,7 @@ pub struct UsernsSysctls {
     pub max_user_namespaces: Option<String>,
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn read_userns_sysctls() -> UsernsSysctls {
     let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
     UsernsSysctls {
@@ -150,6 +164,7 @@ fn read_userns_sysctls() -> UsernsSysctls {
 }
 
 /// Says exactly which setting is in the way, and the fix.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn userns_hint(s: &UsernsSysctls) -> String {
     if s.apparmor_restrict.as_deref() == Some("1") {
         return " (AppArmor restricts unprivileged user namespaces: kernel.apparmor_restrict_unprivileged_userns=1; \

@@ -133,9 +133,13 @@ pub fn permits(mode: u32, owner: u32, group: u32, uid: u32, gid: u32, dir: bool)
 /// classes say: present, or impossible to tell, counts as yes.
 fn has_acl(path: &Path) -> bool {
     use rustix::io::Errno;
+    #[cfg(target_os = "linux")]
+    const ABSENT: Errno = Errno::NODATA;
+    #[cfg(not(target_os = "linux"))]
+    const ABSENT: Errno = Errno::NOATTR;
     match rustix::fs::getxattr(path, "system.posix_acl_access", &mut [0u8; 0][..]) {
         Ok(_) => true,
-        Err(e) => e != Errno::NODATA && e != Errno::NOTSUP,
+        Err(e) => e != ABSENT && e != Errno::NOTSUP,
     }
 }
 
