@@ -3,22 +3,27 @@
 //!
 //! In order:
 //! 1. set `no_new_privs`;
-//! 2. start the bridges: a process of ours, started before any filter, that listens on
-//!    `127.0.0.1:<port>` inside the envelope's network namespace and connects each
-//!    client to the run's unix socket (the workload itself cannot open AF_UNIX sockets);
+//! 2. block the signals it forwards (every thread it starts inherits the mask);
 //! 3. install the seccomp filter on ourselves, so that the command inherits it (or
-//!    refuse to run the command at all: fail closed);
+//!    refuse to run the command at all: fail closed). With bridges it comes in two
+//!    layers: first everything but AF_UNIX, then the bridges start as threads of ours
+//!    that listen on `127.0.0.1:<port>` inside the envelope's network namespace and
+//!    connect each client to the run's unix socket, then, on this thread only (a
+//!    filter binds the thread that installs it and what it starts afterwards), the
+//!    AF_UNIX layer: the workload itself cannot open AF_UNIX sockets;
 //! 4. start the command, forward SIGTERM/SIGINT/SIGHUP to it, reap every orphan;
 //! 5. exit with the command's status as soon as it exits: as PID 1 of the envelope's
 //!    pid namespace, our exit ends everything it left behind (background jobs,
 //!    `setsid`, double forks) and the bridges with it.
+//!
+//! The bridges are threads rather than a process of their own: a second process was
+//! one more spawn per launch and 2 MiB more resident for each idle envelope.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -26,8 +31,6 @@ use nix::unistd::Pid;
 
 /// The exit status when the envelope could not be set up; the workload never ran.
 pub const SETUP_FAILED: u8 = 125;
-
-const SERVE_BRIDGES: &str = "--serve-bridges";
 
 fn fail(message: String) -> ExitCode {
     eprintln!("cc-init: {message}");
@@ -51,19 +54,6 @@ pub fn main(args: &[OsString]) -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         return fail(format!("cannot make the init non-dumpable: {e}"));
     }
-    if args.first().is_some_and(|a| a == SERVE_BRIDGES) {
-        // The bridge keeps AF_UNIX (its whole job) and nothing else the workload lacks.
-        if let Err(e) = nix::sys::prctl::set_no_new_privs()
-            .map_err(|e| e.to_string())
-            .and_then(|()| crate::seccomp::install(true).map_err(|e| e.to_string()))
-        {
-            return fail(format!("cannot filter the bridges: {e}"));
-        }
-        return match parse_bridges(args[1..].iter()) {
-            Ok(bridges) => serve_bridges(bridges),
-            Err(e) => fail(e),
-        };
-    }
     let Some(separator) = args.iter().position(|a| a == "--") else {
         return fail("usage: cc-init [--bridge PORT=SOCKET]… -- COMMAND [ARGS…]".into());
     };
@@ -81,64 +71,68 @@ pub fn main(args: &[OsString]) -> ExitCode {
             _ => return fail(format!("unknown option {}", option.to_string_lossy())),
         }
     }
+    let bridges = match parse_bridges(bridge_args.iter()) {
+        Ok(bridges) => bridges,
+        Err(e) => return fail(e),
+    };
     let Some((program, rest)) = args[separator + 1..].split_first() else {
         return fail("no command to run".into());
     };
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
         return fail(format!("cannot set no_new_privs: {e}"));
     }
-    if !bridge_args.is_empty()
-        && let Err(e) = start_bridges(&bridge_args)
-    {
-        return fail(format!("cannot start the bridges: {e}"));
+    // Taken with sigwait rather than by a handler thread. Blocked signals are never
+    // ignored, so a SIGTERM from outside still reaches us: with the default disposition
+    // the kernel drops every signal but SIGKILL sent to PID 1 of a pid namespace.
+    // Blocked before any bridge thread exists, so that none of them can take one.
+    let mut waited = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+        waited.add(signal);
     }
-    if let Err(e) = crate::seccomp::install(allow_unix) {
-        return fail(format!("cannot install the seccomp filter, refusing to run the command: {e}"));
+    if let Err(e) = waited.thread_block() {
+        return fail(format!("cannot block the forwarded signals: {e}"));
     }
-    run_command(program, rest)
+    if let Err(e) = filter_and_bridge(bridges, allow_unix) {
+        return fail(format!("{e}, refusing to run the command"));
+    }
+    run_command(program, rest, &waited)
 }
 
-/// Starts the bridge process (ourselves, in bridge mode) and waits until it listens,
-/// so that the command never races it.
-fn start_bridges(bridges: &[OsString]) -> std::io::Result<()> {
-    let me = std::env::current_exe()?;
-    let mut child =
-        Command::new(me).arg(SERVE_BRIDGES).args(bridges).stdin(Stdio::null()).stdout(Stdio::piped()).spawn()?;
-    let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no pipe"))?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    if line.trim() != "LISTENING" {
-        return Err(std::io::Error::other(format!("the bridges did not start ({})", line.trim())));
+/// Installs the filter on this thread, with the bridges started between its two layers
+/// when there are any.
+fn filter_and_bridge(bridges: Vec<(u16, PathBuf)>, allow_unix: bool) -> Result<(), String> {
+    let seccomp = |e: crate::seccomp::SeccompError| format!("cannot install the seccomp filter: {e}");
+    if bridges.is_empty() {
+        return crate::seccomp::install(allow_unix).map_err(seccomp);
+    }
+    // The bridges keep AF_UNIX (their whole job) and nothing else the workload lacks.
+    crate::seccomp::install(true).map_err(seccomp)?;
+    start_bridges(bridges).map_err(|e| format!("cannot start the bridges: {e}"))?;
+    if !allow_unix {
+        crate::seccomp::install_unix_denial().map_err(seccomp)?;
     }
     Ok(())
 }
 
-/// Bridge mode: one listener per port on the envelope's loopback; each connection is
-/// joined to a new connection to its socket. Runs until the envelope ends.
-fn serve_bridges(bridges: Vec<(u16, PathBuf)>) -> ExitCode {
+/// Listens on every bridge's port, then serves each from a thread of its own: when
+/// this returns the ports accept, so the command never races them. The threads run
+/// until the envelope ends.
+fn start_bridges(bridges: Vec<(u16, PathBuf)>) -> std::io::Result<()> {
     let mut listeners = Vec::new();
     for (port, socket) in bridges {
-        match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
-            Ok(l) => listeners.push((l, socket)),
-            Err(e) => return fail(format!("cannot listen on 127.0.0.1:{port}: {e}")),
-        }
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
+        listeners.push((listener, socket));
     }
-    println!("LISTENING");
-    let threads: Vec<_> = listeners
-        .into_iter()
-        .map(|(listener, socket)| {
-            std::thread::spawn(move || {
-                for client in listener.incoming().flatten() {
-                    let socket = socket.clone();
-                    std::thread::spawn(move || join(client, &socket));
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        let _ = t.join();
+    for (listener, socket) in listeners {
+        std::thread::Builder::new().name(format!("bridge {}", socket.display())).spawn(move || {
+            for client in listener.incoming().flatten() {
+                let socket = socket.clone();
+                let _ = std::thread::Builder::new().spawn(move || join(client, &socket));
+            }
+        })?;
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 fn join(client: TcpStream, socket: &std::path::Path) {
@@ -154,18 +148,8 @@ fn join(client: TcpStream, socket: &std::path::Path) {
     let _ = up.join();
 }
 
-fn run_command(program: &OsStr, rest: &[OsString]) -> ExitCode {
-    // Taken with sigwait rather than by a handler thread. Blocked signals are never
-    // ignored, so a SIGTERM from outside still reaches us: with the default disposition
-    // the kernel drops every signal but SIGKILL sent to PID 1 of a pid namespace. The
-    // command starts with an empty mask ([`spawn`]).
-    let mut waited = SigSet::empty();
-    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
-        waited.add(signal);
-    }
-    if let Err(e) = waited.thread_block() {
-        return fail(format!("cannot block the forwarded signals: {e}"));
-    }
+fn run_command(program: &OsStr, rest: &[OsString], waited: &SigSet) -> ExitCode {
+    // The command starts with an empty mask ([`spawn`]).
     let child = match spawn(program, rest) {
         Ok(pid) => pid,
         Err(e) => {

@@ -116,10 +116,10 @@ fn prefix(arch: TargetArch) -> BpfProgram {
     ]
 }
 
-/// The one program installed: [`prefix`], then the EPERM list. One program rather
-/// than three, because each `seccomp()` call is a JIT compile of its own on every
-/// launch. `allow_unix`: our own bridge process, which must connect to the run's
-/// sockets, and the runner, which serves its own, keep AF_UNIX.
+/// The program installed: [`prefix`], then the EPERM list. One program rather than
+/// three, because each `seccomp()` call is a JIT compile of its own on every launch
+/// (only an envelope with bridges adds a second, [`unix_denial`]). `allow_unix`: our init while it starts the bridges, which must connect to
+/// the run's sockets, and the runner, which serves its own, keep AF_UNIX.
 pub fn program_for(allow_unix: bool) -> Result<BpfProgram, SeccompError> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&nr| (nr, vec![])).collect();
@@ -142,6 +142,17 @@ pub fn program_for(allow_unix: bool) -> Result<BpfProgram, SeccompError> {
     Ok(program)
 }
 
+/// The layer installed over [`program_for`]`(true)` once the bridges, which keep
+/// AF_UNIX, have started: together the two refuse what [`program`] refuses. Small, as
+/// its JIT compile is paid on every launch with bridges.
+pub fn unix_denial() -> Result<BpfProgram, SeccompError> {
+    let arch = arch()?;
+    let rules = BTreeMap::from([(libc::SYS_socket, vec![equals(0, libc::AF_UNIX as u64)?])]);
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)?;
+    // No prefix: the layer below already refuses the x32 ABI and answers clone3.
+    Ok(BpfProgram::try_from(filter)?)
+}
+
 /// The workload's program.
 pub fn program() -> Result<BpfProgram, SeccompError> {
     program_for(false)
@@ -154,6 +165,12 @@ pub fn install(allow_unix: bool) -> Result<(), SeccompError> {
     Ok(())
 }
 
+/// Adds [`unix_denial`] to this thread's filters (and so to every process it starts).
+pub fn install_unix_denial() -> Result<(), SeccompError> {
+    seccompiler::apply_filter(&unix_denial()?)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -161,6 +178,33 @@ mod tests {
         let program = super::program().unwrap();
         // The prefix, then seccompiler's program, within the kernel's limit.
         assert!(program.len() > super::prefix(super::arch().unwrap()).len() && program.len() <= 4096);
+    }
+
+    /// The bridges' case: a thread started between the layers keeps AF_UNIX, the
+    /// thread that goes on to start the command loses it. Filters bind threads, so the
+    /// test's own thread carries them and the test process is otherwise untouched.
+    #[test]
+    fn the_unix_layer_binds_the_installing_thread_and_not_the_bridges() {
+        use std::os::unix::net::UnixDatagram;
+        std::thread::spawn(|| {
+            nix::sys::prctl::set_no_new_privs().unwrap();
+            super::install(true).unwrap();
+            assert!(UnixDatagram::unbound().is_ok(), "the first layer keeps AF_UNIX");
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let bridge = std::thread::spawn(move || {
+                wait.recv().unwrap();
+                UnixDatagram::unbound().map(|_| ()).map_err(|e| e.raw_os_error())
+            });
+            super::install_unix_denial().unwrap();
+            assert_eq!(UnixDatagram::unbound().map(|_| ()).map_err(|e| e.raw_os_error()), Err(Some(libc::EPERM)));
+            go.send(()).unwrap();
+            assert_eq!(bridge.join().unwrap(), Ok(()), "a bridge thread keeps AF_UNIX");
+            // And what the installing thread starts afterwards inherits both layers.
+            let later = std::thread::spawn(|| UnixDatagram::unbound().map(|_| ()).map_err(|e| e.raw_os_error()));
+            assert_eq!(later.join().unwrap(), Err(Some(libc::EPERM)));
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

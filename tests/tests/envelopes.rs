@@ -714,17 +714,27 @@ async fn a_planted_link_at_a_code_execution_vector_refuses_the_launch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bridge_process_cannot_be_taken_over() {
+async fn the_bridges_cannot_be_taken_over() {
     let w = world();
     let (socket, _listener) = run_socket(&w, "proxy2.sock");
     let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
     let mut p = policy(&w);
     p.bridges = vec![pb::Bridge { port: 41003, socket: bytes(&socket) }];
     client.register_run(p).await.unwrap();
-    let script = "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q '^/run/cc/init --serve-bridges' || continue; \
-                    (echo x > $d/mem) 2>/dev/null && echo \"WROTE $d/mem\"; cat $d/mem >/dev/null 2>&1 && echo \"READ $d/mem\"; \
-                    cat $d/environ >/dev/null 2>&1 && echo \"READ $d/environ\"; echo found; done";
+    // The bridges are threads of our init (PID 1): no other process of ours is in the
+    // envelope, and the init's memory and environment are out of the workload's reach.
+    let script = "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q '^/run/cc/init' && echo \"init at $d\"; done; \
+                  ls /proc/1/task | wc -l | sed 's/^/threads /'; \
+                  (echo x > /proc/1/mem) 2>/dev/null && echo 'WROTE mem'; cat /proc/1/mem >/dev/null 2>&1 && echo 'READ mem'; \
+                  cat /proc/1/environ >/dev/null 2>&1 && echo 'READ environ'; \
+                  grep -E '^(Seccomp|NoNewPrivs):' /proc/1/status; echo checked";
     let out = run(&mut client, "r1", BASH, script).await;
-    assert_eq!(out.stdout.matches("found").count(), 1, "exactly the bridge process: {}", out.stdout);
+    assert!(out.stdout.contains("checked"), "the script did not run: {}", out.stderr);
+    assert_eq!(out.stdout.matches("init at").count(), 1, "only our init, at PID 1: {}", out.stdout);
+    assert!(out.stdout.contains("init at /proc/1\n"), "{}", out.stdout);
+    let threads: usize = out.stdout.lines().find_map(|l| l.strip_prefix("threads ")).unwrap().trim().parse().unwrap();
+    assert!(threads >= 2, "the bridge runs as a thread of the init: {}", out.stdout);
     assert!(!out.stdout.contains("WROTE") && !out.stdout.contains("READ"), "{}", out.stdout);
+    // The init itself runs filtered (the layer that keeps AF_UNIX), never unfiltered.
+    assert!(out.stdout.contains("Seccomp:\t2") && out.stdout.contains("NoNewPrivs:\t1"), "{}", out.stdout);
 }
