@@ -295,33 +295,37 @@ impl Launcher {
         // environment's values, which a command line would show to every local user in
         // /proc/<pid>/cmdline.
         let mut stdin_args = None;
+        let bubblewrap = native && cfg!(not(target_os = "macos"));
         let mut command = match envelope {
-            Some(args) if cfg!(target_os = "macos") => {
-                // sandbox-exec passes its own environment on: the sanitized one.
-                let program = self.probe.program.clone().ok_or_else(|| Status::internal("no sandbox-exec"))?;
-                let mut c = tokio::process::Command::new(program);
-                c.args(&args).env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
-                c
-            }
             Some(args) => {
-                let bwrap = self
+                let program = self
                     .probe
                     .program
-                    .clone()
-                    .ok_or_else(|| Status::internal("the native backend has no bubblewrap"))?;
-                let mut c = tokio::process::Command::new(bwrap);
-                // bubblewrap takes options from the descriptor; the command stays in argv.
-                let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
-                c.args(["--args", "0"]).args(&args[split..]).env_clear();
-                stdin_args = Some(nul_separated(&args[..split]));
+                    .as_ref()
+                    .ok_or_else(|| Status::internal("the native backend has no envelope program"))?;
+                let mut c = tokio::process::Command::new(program);
+                if bubblewrap {
+                    // bubblewrap takes options from the descriptor; the command stays in argv.
+                    let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
+                    c.args(["--args", "0"]).args(&args[split..]);
+                    stdin_args = Some(nul_separated(&args[..split]));
+                } else {
+                    c.args(&args);
+                }
                 c
             }
             None => {
                 let mut c = tokio::process::Command::new(&p.argv[0]);
-                c.args(&p.argv[1..]).env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
+                c.args(&p.argv[1..]);
                 c
             }
         };
+        command.env_clear();
+        // bubblewrap sets the environment and the directory inside (--setenv, --chdir);
+        // sandbox-exec and an unwrapped command take ours.
+        if !bubblewrap {
+            command.envs(&p.env).current_dir(&p.policy.work_dir);
+        }
         // As root, every launch runs as the run's unprivileged user (bubblewrap then
         // relies on unprivileged user namespaces, as it does for a user's supervisor).
         if let Some((uid, gid)) = service_user(&p.policy) {
