@@ -1,5 +1,5 @@
 //! Our init: PID 1 inside every native envelope
-//! (`cc-init [--bridge PORT=SOCKET]… [--allow-unix] -- CMD…`).
+//! (`cc-init [--bridge PORT=SOCKET]… [--allow-unix] (-- CMD… | --command-stdin)`).
 //!
 //! In order:
 //! 1. set `no_new_privs`;
@@ -11,8 +11,11 @@
 //!    connect each client to the run's unix socket, then, on this thread only (a
 //!    filter binds the thread that installs it and what it starts afterwards), the
 //!    AF_UNIX layer: the workload itself cannot open AF_UNIX sockets;
-//! 4. start the command, forward SIGTERM/SIGINT/SIGHUP to it, reap every orphan;
-//! 5. exit with the command's status as soon as it exits: as PID 1 of the envelope's
+//! 4. with `--command-stdin` (an envelope made ahead of its launch, [`crate::warm`]),
+//!    wait for the command: NUL-terminated arguments on stdin, to its end; nothing at
+//!    all means the envelope was not needed, and it ends;
+//! 5. start the command, forward SIGTERM/SIGINT/SIGHUP to it, reap every orphan;
+//! 6. exit with the command's status as soon as it exits: as PID 1 of the envelope's
 //!    pid namespace, our exit ends everything it left behind (background jobs,
 //!    `setsid`, double forks) and the bridges with it.
 //!
@@ -31,6 +34,8 @@ use nix::unistd::Pid;
 
 /// The exit status when the envelope could not be set up; the workload never ran.
 pub const SETUP_FAILED: u8 = 125;
+/// The most a command read from stdin may hold; sandboxd sends at most 1 MiB.
+const MAX_COMMAND_BYTES: u64 = 2 << 20;
 
 fn fail(message: String) -> ExitCode {
     eprintln!("cc-init: {message}");
@@ -54,16 +59,19 @@ pub fn main(args: &[OsString]) -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         return fail(format!("cannot make the init non-dumpable: {e}"));
     }
-    let Some(separator) = args.iter().position(|a| a == "--") else {
-        return fail("usage: cc-init [--bridge PORT=SOCKET]… -- COMMAND [ARGS…]".into());
+    let (options, command) = match args.iter().position(|a| a == "--") {
+        Some(separator) => (&args[..separator], Some(&args[separator + 1..])),
+        None => (args, None),
     };
     let mut bridge_args = Vec::new();
     // Only the runner kind passes it: the runner serves its own unix socket.
     let mut allow_unix = false;
-    let mut options = args[..separator].iter();
+    let mut command_stdin = false;
+    let mut options = options.iter();
     while let Some(option) = options.next() {
-        if option == "--allow-unix" {
-            allow_unix = true;
+        if option == "--allow-unix" || option == "--command-stdin" {
+            allow_unix |= option == "--allow-unix";
+            command_stdin |= option == "--command-stdin";
             continue;
         }
         match (option.to_str(), options.next()) {
@@ -75,8 +83,15 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Ok(bridges) => bridges,
         Err(e) => return fail(e),
     };
-    let Some((program, rest)) = args[separator + 1..].split_first() else {
-        return fail("no command to run".into());
+    let command = match (command, command_stdin) {
+        (Some([]), false) => return fail("no command to run".into()),
+        (Some(command), false) => Some(command.to_vec()),
+        (None, true) => None,
+        _ => {
+            return fail(
+                "usage: cc-init [--bridge PORT=SOCKET]… [--allow-unix] (-- COMMAND [ARGS…] | --command-stdin)".into(),
+            );
+        }
     };
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
         return fail(format!("cannot set no_new_privs: {e}"));
@@ -95,7 +110,46 @@ pub fn main(args: &[OsString]) -> ExitCode {
     if let Err(e) = filter_and_bridge(bridges, allow_unix) {
         return fail(format!("{e}, refusing to run the command"));
     }
+    let command = match command {
+        Some(command) => command,
+        None => {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            if let Err(e) = std::io::stdin().lock().take(MAX_COMMAND_BYTES + 1).read_to_end(&mut bytes) {
+                return fail(format!("cannot read the command from stdin: {e}"));
+            }
+            match parse_command(&bytes) {
+                Ok(Some(command)) => command,
+                // Not needed after all: the envelope ends unused.
+                Ok(None) => return ExitCode::SUCCESS,
+                Err(e) => return fail(e),
+            }
+        }
+    };
+    let Some((program, rest)) = command.split_first() else {
+        return fail("no command to run".into());
+    };
     run_command(program, rest, &waited)
+}
+
+/// A command as sandboxd writes it: each argument followed by a NUL. `None` for no
+/// bytes at all.
+fn parse_command(bytes: &[u8]) -> Result<Option<Vec<OsString>>, String> {
+    use std::os::unix::ffi::OsStrExt;
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    if bytes.len() as u64 > MAX_COMMAND_BYTES {
+        return Err(format!("the command on stdin is over {} MiB", MAX_COMMAND_BYTES >> 20));
+    }
+    let Some(body) = bytes.strip_suffix(&[0]) else {
+        return Err("the command on stdin does not end with a NUL".into());
+    };
+    let command: Vec<OsString> = body.split(|&b| b == 0).map(|a| OsStr::from_bytes(a).to_owned()).collect();
+    if command[0].is_empty() {
+        return Err("the command on stdin has an empty program".into());
+    }
+    Ok(Some(command))
 }
 
 /// Installs the filter on this thread, with the bridges started between its two layers
@@ -219,6 +273,20 @@ fn reap(command: Pid) -> Option<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_from_stdin() {
+        assert_eq!(parse_command(b"").unwrap(), None);
+        let command = parse_command(b"/bin/sh\0-c\0\0echo a\0").unwrap().unwrap();
+        assert_eq!(command, ["/bin/sh", "-c", "", "echo a"].map(OsString::from));
+        let one = parse_command(b"true\0").unwrap().unwrap();
+        assert_eq!(one, [OsString::from("true")]);
+        for bad in [&b"true"[..], b"\0", b"\0x\0", b"sh\0-c"] {
+            assert!(parse_command(bad).is_err(), "{bad:?}");
+        }
+        let huge = vec![b'a'; (MAX_COMMAND_BYTES + 1) as usize];
+        assert!(parse_command(&huge).unwrap_err().contains("over 2 MiB"));
+    }
 
     #[test]
     fn bridge_arguments() {
