@@ -16,7 +16,7 @@ pub const RUNNER_INSIDE: &str = "/run/cc/runner";
 /// Where the run's bridge sockets are bound, `<port>.sock` each.
 pub const BRIDGES_INSIDE: &str = "/run/cc/bridges";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// Claude Code and ACP: agent work RW, agent config RO, repos RW, attachments RO.
     Overlay,
@@ -81,8 +81,34 @@ pub fn home(policy: &RunPolicy, kind: Kind) -> PathBuf {
     }
 }
 
+/// bubblewrap's command line in its parts: bubblewrap's own options (read from a
+/// descriptor, never shown in /proc), our init with its options, and the command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BwrapCommand {
+    pub options: Vec<OsString>,
+    pub init: Vec<OsString>,
+    pub command: Vec<OsString>,
+}
+
+impl BwrapCommand {
+    /// As one argv: `OPTIONS -- INIT [INIT OPTIONS] -- COMMAND`. Only the parts tell
+    /// where the options end: a value among them may itself be `--`.
+    pub fn argv(self) -> Vec<OsString> {
+        let mut all = self.options;
+        all.push("--".into());
+        all.extend(self.init);
+        all.push("--".into());
+        all.extend(self.command);
+        all
+    }
+}
+
 impl Envelope<'_> {
     pub fn bwrap_args(&self) -> Vec<OsString> {
+        self.bwrap_command().argv()
+    }
+
+    pub fn bwrap_command(&self) -> BwrapCommand {
         let mut a = Args::default();
         a.flags(&[
             "--new-session",
@@ -188,21 +214,18 @@ impl Envelope<'_> {
         }
         a.flag("--remount-ro").arg("/");
         a.flag("--chdir").arg(&self.policy.work_dir);
-        a.flag("--").arg(INIT_INSIDE);
+        let mut init = Args::default();
+        init.arg(INIT_INSIDE);
         if self.kind == Kind::Runner {
             // The runner serves its own socket, and nothing else: it needs AF_UNIX,
             // no bridges, and runs no command of the caller's.
-            a.flag("--allow-unix").flag("--").arg(RUNNER_INSIDE);
-            return a.0;
+            init.flag("--allow-unix");
+            return BwrapCommand { options: a.0, init: init.0, command: vec![RUNNER_INSIDE.into()] };
         }
         for port in self.policy.bridges.keys() {
-            a.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}.sock"));
+            init.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}.sock"));
         }
-        a.flag("--");
-        for arg in self.argv {
-            a.arg(arg);
-        }
-        a.0
+        BwrapCommand { options: a.0, init: init.0, command: self.argv.to_vec() }
     }
 }
 

@@ -11,22 +11,25 @@ use std::time::Duration;
 use cc_proto::sandboxd::v1 as pb;
 use cc_proto::sandboxd::v1::launch_event::Event;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use crate::bwrap::{self, Kind};
+use crate::bwrap::{self, BwrapCommand, Kind};
 use crate::policy::RunPolicy;
 use crate::probe::{Backend, ProbeResult};
 #[cfg(not(target_os = "macos"))]
 use crate::system::SystemView;
 use crate::violations::{Deduplicator, scan_line};
-use crate::{environment, protect, short};
+use crate::warm::{Warm, WarmKey};
+use crate::{environment, protect, short, spawn};
 
 /// At most this much argv, in bytes.
 const MAX_ARGV_BYTES: usize = 1 << 20;
 /// Violation reports per launch, at most.
 const MAX_VIOLATIONS: usize = 64;
+/// How long a launch waits for the envelope being made for it before making its own.
+const WARM_WAIT: Duration = Duration::from_secs(5);
 
 /// Arguments as bubblewrap's `--args` reads them: each followed by a NUL.
 pub fn nul_separated(args: &[OsString]) -> Vec<u8> {
@@ -47,6 +50,9 @@ struct RunEntry {
     policy: Arc<RunPolicy>,
     /// Process-group leaders of the run's live launches.
     groups: HashSet<u32>,
+    /// The envelope for the run's next launch of each kind ([`crate::warm`]), once
+    /// it is made: a launch that comes while it is being made waits for it.
+    warm: HashMap<Kind, oneshot::Receiver<Warm>>,
 }
 
 impl Runs {
@@ -54,11 +60,12 @@ impl Runs {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers or replaces a run's policy; its live processes keep running.
+    /// Registers or replaces a run's policy; its live processes keep running, the
+    /// envelopes made for the policy it replaces are killed unused.
     pub fn register(&self, policy: RunPolicy) {
         let mut runs = self.lock();
         let groups = runs.remove(&policy.run_id).map(|e| e.groups).unwrap_or_default();
-        runs.insert(policy.run_id.clone(), RunEntry { policy: Arc::new(policy), groups });
+        runs.insert(policy.run_id.clone(), RunEntry { policy: Arc::new(policy), groups, warm: HashMap::new() });
     }
 
     pub fn policy(&self, run_id: &str) -> Option<Arc<RunPolicy>> {
@@ -66,12 +73,28 @@ impl Runs {
     }
 
     /// Kills every live process of the run and forgets it; `None` for an unknown run.
+    /// The count is of launches: a waiting envelope is killed too, but ran nothing.
     pub fn unregister(&self, run_id: &str) -> Option<u32> {
         let entry = self.lock().remove(run_id)?;
         for group in &entry.groups {
             kill_group(*group);
         }
         Some(entry.groups.len() as u32)
+    }
+
+    fn take_warm(&self, run_id: &str, kind: Kind) -> Option<oneshot::Receiver<Warm>> {
+        self.lock().get_mut(run_id)?.warm.remove(&kind)
+    }
+
+    /// Where the envelope for the run's next launch of `kind` will be sent. Dropped
+    /// (and what is sent through it killed) if the run no longer has `policy`, when
+    /// it is registered again or ends, and when a newer one replaces it.
+    fn expect_warm(&self, run_id: &str, policy: &Arc<RunPolicy>, kind: Kind) -> oneshot::Sender<Warm> {
+        let (sender, receiver) = oneshot::channel();
+        if let Some(entry) = self.lock().get_mut(run_id).filter(|e| Arc::ptr_eq(&e.policy, policy)) {
+            entry.warm.insert(kind, receiver);
+        }
+        sender
     }
 
     fn add(&self, run_id: &str, group: u32) -> bool {
@@ -88,7 +111,11 @@ impl Runs {
     }
 }
 
-fn kill_group(group: u32) {
+pub(crate) fn kill_group(group: u32) {
+    // killpg(0) and killpg(1) would reach sandboxd's own group and every process.
+    if group <= 1 {
+        return;
+    }
     let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group as i32), nix::sys::signal::Signal::SIGKILL);
 }
 
@@ -104,6 +131,17 @@ pub struct Launcher {
     data_dir: PathBuf,
     #[cfg(target_os = "macos")]
     denials: std::sync::OnceLock<Option<crate::seatbelt::DenialFeed>>,
+}
+
+/// How a launch is wrapped, computed off the runtime's threads (it reads the disk).
+enum Wrapping {
+    /// On Linux, with what a waiting envelope must match to serve it.
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
+    Bubblewrap(BwrapCommand, WarmKey),
+    /// On macOS: sandbox-exec's arguments, the command last.
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+    SandboxExec(Vec<OsString>),
+    Unwrapped,
 }
 
 /// Everything a launch or an explanation is computed from.
@@ -186,12 +224,37 @@ impl Launcher {
         Ok(Prepared { policy, kind, argv, env })
     }
 
+    /// The code-execution vectors inside the kind's writable roots, created when
+    /// missing if `create`.
+    fn protected(&self, p: &Prepared, create: bool) -> Result<Vec<PathBuf>, Status> {
+        let (writable, _) = bwrap::roots(&p.policy, p.kind);
+        protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create)
+            .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))
+    }
+
+    fn wrapping(&self, p: &Prepared) -> Result<Wrapping, Status> {
+        if self.probe.backend == Backend::None {
+            return Ok(Wrapping::Unwrapped);
+        }
+        #[cfg(target_os = "macos")]
+        {
+            Ok(Wrapping::SandboxExec(self.envelope_args(p, true, &self.runner)?))
+        }
+        #[cfg(not(target_os = "macos"))]
+        {
+            let protected = self.protected(p, true)?;
+            let envelope = self.bwrap_command(p, &protected, &self.runner);
+            let (writable, readonly) = bwrap::roots(&p.policy, p.kind);
+            let bound = writable.iter().chain(&readonly).chain(&protected).chain(&p.policy.write_deny);
+            let key = WarmKey::new(&envelope, bound.chain([&p.policy.work_dir]).map(PathBuf::as_path));
+            Ok(Wrapping::Bubblewrap(envelope, key))
+        }
+    }
+
     /// The envelope program's arguments: bubblewrap's options and our init on Linux,
     /// the SBPL profile for sandbox-exec on macOS; the command last.
     fn envelope_args(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
-        let (writable, _) = bwrap::roots(&p.policy, p.kind);
-        let protected = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create)
-            .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))?;
+        let protected = self.protected(p, create)?;
         #[cfg(target_os = "macos")]
         {
             let _ = runner;
@@ -200,18 +263,18 @@ impl Launcher {
                 .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))
         }
         #[cfg(not(target_os = "macos"))]
-        self.bwrap_args(p, &protected, runner)
+        Ok(self.bwrap_command(p, &protected, runner).argv())
     }
 
     #[cfg(not(target_os = "macos"))]
-    fn bwrap_args(&self, p: &Prepared, protected: &[PathBuf], runner: &Path) -> Result<Vec<OsString>, Status> {
+    fn bwrap_command(&self, p: &Prepared, protected: &[PathBuf], runner: &Path) -> BwrapCommand {
         use crate::bwrap::Envelope;
         use crate::system::Reader;
         let reader = match service_user(&p.policy) {
             Some((uid, gid)) => Reader::User { uid, gid },
             None => Reader::Ourselves,
         };
-        Ok(Envelope {
+        Envelope {
             policy: &p.policy,
             kind: p.kind,
             system: &self.system.for_reader(reader),
@@ -222,7 +285,7 @@ impl Launcher {
             argv: &p.argv,
             data_dir: Some(&self.data_dir),
         }
-        .bwrap_args())
+        .bwrap_command()
     }
 
     pub fn explain(&self, request: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
@@ -275,82 +338,57 @@ impl Launcher {
                 "the runner kind is not launched: the supervisor starts it from RunnerEnvelope",
             ));
         }
-        let prepared = {
+        let (p, wrapping) = {
             let this = self.clone();
             let r = request.clone();
             tokio::task::spawn_blocking(move || {
                 let p = this.prepare(&r.run_id, r.kind, &r.argv)?;
-                let args = match this.probe.backend {
-                    Backend::Native => Some(this.envelope_args(&p, true, &this.runner)?),
-                    Backend::None => None,
-                };
-                Ok::<_, Status>((p, args))
+                let wrapping = this.wrapping(&p)?;
+                Ok::<_, Status>((p, wrapping))
             })
             .await
             .map_err(|e| Status::internal(e.to_string()))??
         };
-        let (p, envelope) = prepared;
-        let native = envelope.is_some();
-        // bubblewrap always reads its options from its stdin (`--args 0`): they hold the
-        // environment's values, which a command line would show to every local user in
-        // /proc/<pid>/cmdline.
-        let mut stdin_args = None;
-        let bubblewrap = native && cfg!(not(target_os = "macos"));
-        let mut command = match envelope {
-            Some(args) => {
-                let program = self
-                    .probe
-                    .program
-                    .as_ref()
-                    .ok_or_else(|| Status::internal("the native backend has no envelope program"))?;
-                let mut c = tokio::process::Command::new(program);
-                if bubblewrap {
-                    // bubblewrap takes options from the descriptor; the command stays in argv.
-                    let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
-                    c.args(["--args", "0"]).args(&args[split..]);
-                    stdin_args = Some(nul_separated(&args[..split]));
-                } else {
-                    c.args(&args);
+        let cannot_start = |e: std::io::Error| Status::failed_precondition(format!("cannot start the launch: {e}"));
+        let run_id = request.run_id.clone();
+        let bubblewrap = matches!(wrapping, Wrapping::Bubblewrap(..));
+        let native = !matches!(wrapping, Wrapping::Unwrapped);
+        let (mut child, group) = match wrapping {
+            Wrapping::Bubblewrap(envelope, key) => {
+                let warm = match self.runs.take_warm(&run_id, p.kind) {
+                    Some(made) => tokio::time::timeout(WARM_WAIT, made).await.ok().and_then(Result::ok),
+                    None => None,
+                };
+                // A waiting envelope that is not this one is killed here, unused.
+                let warm = warm.and_then(|mut w| w.serves(&key).then_some(w));
+                match warm.and_then(|w| w.hand_off(&envelope.command)) {
+                    Some(handed) => handed,
+                    None => {
+                        let command = spawn::Command::Now(&envelope.command);
+                        let s = spawn::bubblewrap(self.program()?, &envelope, command, service_user(&p.policy))
+                            .map_err(cannot_start)?;
+                        (s.child, s.group)
+                    }
                 }
-                c
             }
-            None => {
+            Wrapping::SandboxExec(args) => {
+                let mut c = tokio::process::Command::new(self.program()?);
+                c.args(&args);
+                spawn_plain(c, &p).map_err(cannot_start)?
+            }
+            Wrapping::Unwrapped => {
                 let mut c = tokio::process::Command::new(&p.argv[0]);
                 c.args(&p.argv[1..]);
-                c
+                spawn_plain(c, &p).map_err(cannot_start)?
             }
         };
-        command.env_clear();
-        // bubblewrap sets the environment and the directory inside (--setenv, --chdir);
-        // sandbox-exec and an unwrapped command take ours.
-        if !bubblewrap {
-            command.envs(&p.env).current_dir(&p.policy.work_dir);
-        }
-        // As root, every launch runs as the run's unprivileged user (bubblewrap then
-        // relies on unprivileged user namespaces, as it does for a user's supervisor).
-        if let Some((uid, gid)) = service_user(&p.policy) {
-            command.uid(uid).gid(gid);
-        }
-        let stdin = if stdin_args.is_some() { Stdio::piped() } else { Stdio::null() };
-        command.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
-        let mut child =
-            command.spawn().map_err(|e| Status::failed_precondition(format!("cannot start the launch: {e}")))?;
-        if let (Some(bytes), Some(mut pipe)) = (stdin_args, child.stdin.take()) {
-            // bubblewrap reads its options to the end of its stdin; the command then
-            // finds that stdin at its end, as if it were /dev/null.
-            use tokio::io::AsyncWriteExt;
-            tokio::spawn(async move {
-                let _ = pipe.write_all(&bytes).await;
-            });
-        }
-        let group = child.id().unwrap_or(0);
-        let run_id = request.run_id.clone();
         if !self.runs.add(&run_id, group) {
             kill_group(group);
             return Err(Status::not_found(format!("run {:?} ended while launching", short(&run_id))));
         }
         let (tx, rx) = mpsc::channel(64);
         let runs = self.runs.clone();
+        let next = bubblewrap.then(|| (self.clone(), p.policy.clone(), p.kind, request.kind));
         // macOS reports Seatbelt's denials in its log, not to the command.
         #[cfg(target_os = "macos")]
         let denials =
@@ -401,10 +439,70 @@ impl Launcher {
             use std::os::unix::process::ExitStatusExt;
             let exit =
                 pb::Exit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()), timed_out };
+            // Announced before the exit is reported, so that the next launch waits for
+            // it rather than making its own; made after, so that it never delays it.
+            let next = next.map(|(launcher, policy, kind, number)| {
+                let sender = runs.expect_warm(&run_id, &policy, kind);
+                (launcher, policy, number, sender)
+            });
             send(Event::Exit(exit)).await;
+            if let Some((launcher, policy, kind, sender)) = next {
+                launcher.prewarm(run_id, kind, policy, sender).await;
+            }
         });
         Ok(ReceiverStream::new(rx))
     }
+
+    fn program(&self) -> Result<&Path, Status> {
+        self.probe.program.as_deref().ok_or_else(|| Status::internal("the native backend has no envelope program"))
+    }
+
+    /// Makes the envelope for the run's next launch of `kind` ([`crate::warm`]) and
+    /// sends it to `sender`, from `policy` only: if the run was registered again or
+    /// ended meanwhile, nothing is made. A failure is left for that launch to meet and
+    /// report.
+    async fn prewarm(
+        self: Arc<Self>,
+        run_id: String,
+        kind: i32,
+        policy: Arc<RunPolicy>,
+        sender: oneshot::Sender<Warm>,
+    ) {
+        let made = {
+            let this = self.clone();
+            let run_id = run_id.clone();
+            tokio::task::spawn_blocking(move || {
+                // Any command: only the envelope and our init's options are used.
+                let p = this.prepare(&run_id, kind, &[b"true".to_vec()])?;
+                let wrapping = this.wrapping(&p)?;
+                Ok::<_, Status>((p, wrapping))
+            })
+            .await
+        };
+        let Ok(Ok((p, Wrapping::Bubblewrap(envelope, key)))) = made else { return };
+        let Ok(program) = self.program() else { return };
+        if !Arc::ptr_eq(&p.policy, &policy) || sender.is_closed() {
+            return;
+        }
+        // Here, on a runtime thread, not in the blocking closure: see spawn::bubblewrap.
+        match spawn::bubblewrap(program, &envelope, spawn::Command::Later, service_user(&p.policy)) {
+            // Unwanted by now, it comes back and is killed.
+            Ok(started) => drop(sender.send(Warm::new(key, started))),
+            Err(e) => tracing::debug!(run = %short(&run_id), error = %e, "cannot make the next envelope"),
+        }
+    }
+}
+
+/// sandbox-exec or an unwrapped command: they take our environment and directory.
+fn spawn_plain(mut c: tokio::process::Command, p: &Prepared) -> std::io::Result<(tokio::process::Child, u32)> {
+    c.env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
+    if let Some((uid, gid)) = service_user(&p.policy) {
+        c.uid(uid).gid(gid);
+    }
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    let child = c.spawn()?;
+    let group = child.id().unwrap_or(0);
+    Ok((child, group))
 }
 
 /// Who a launch runs as when sandboxd is root: the owner of the run's working

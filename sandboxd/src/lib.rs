@@ -17,8 +17,10 @@ pub mod seatbelt;
 pub mod seatbelt_log;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
+pub mod spawn;
 pub mod system;
 pub mod violations;
+pub mod warm;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;

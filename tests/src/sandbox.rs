@@ -75,6 +75,30 @@ impl Sandboxd {
         Self { child, socket, secret, _tmp: tmp }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The envelopes sandboxd has made ahead of their launch and that still wait:
+    /// bubblewrap processes of ours whose init reads its command from stdin.
+    pub fn waiting_envelopes(&self) -> Vec<i32> {
+        let parent = self.pid().to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                // After the command name, which may hold spaces: state, then ppid.
+                let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+                let (state, ppid) = (fields.next()?, fields.next()?);
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let waiting = String::from_utf8_lossy(&cmdline).contains("--command-stdin");
+                (ppid == parent && state != "Z" && waiting).then_some(pid)
+            })
+            .collect()
+    }
+
     pub async fn client(&self) -> Client {
         let channel = cc_proto::client::connect(&self.socket).await.unwrap();
         SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new("supervisor", &self.secret)))
@@ -85,6 +109,16 @@ impl Drop for Sandboxd {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Waits until `done` holds, for at most ten seconds: for what another process does in
+/// its own time and announces to no one (an envelope made ahead, a process killed).
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
 
@@ -105,12 +139,11 @@ impl Outcome {
 }
 
 pub async fn run(client: &mut Client, run_id: &str, kind: pb::DispatchKind, script: &str) -> Outcome {
-    let request = pb::LaunchRequest {
-        run_id: run_id.into(),
-        kind: kind as i32,
-        argv: vec![b"/bin/sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
-        timeout_seconds: 30,
-    };
+    run_argv(client, run_id, kind, vec![b"/bin/sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()]).await
+}
+
+pub async fn run_argv(client: &mut Client, run_id: &str, kind: pb::DispatchKind, argv: Vec<Vec<u8>>) -> Outcome {
+    let request = pb::LaunchRequest { run_id: run_id.into(), kind: kind as i32, argv, timeout_seconds: 30 };
     let mut stream = client.launch(request).await.expect("launch").into_inner();
     let mut out = Outcome::default();
     while let Some(event) = stream.next().await {

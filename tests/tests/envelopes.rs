@@ -9,6 +9,9 @@ use cc_proto::sandboxd::v1 as pb;
 use cc_tests::fs::{make_checkout, snapshot};
 use cc_tests::sandbox::{Client, Sandboxd, bytes, run};
 
+#[path = "envelopes/warm.rs"]
+mod warm;
+
 const BASH: pb::DispatchKind = pb::DispatchKind::HarnessBash;
 const OVERLAY: pb::DispatchKind = pb::DispatchKind::Overlay;
 
@@ -577,6 +580,12 @@ async fn as_an_unprivileged_user_the_envelope_holds_too() {
     assert_eq!(snapshot(&w.checkout), before);
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(w.repo.join("inside")).unwrap().uid(), NOBODY, "written as the unprivileged user");
+    // The next launch takes the envelope made, as the same user, when this one ended.
+    let again = run(&mut client, "r1", BASH, &format!("tr '\\0' ' ' < /proc/1/cmdline; echo; {script}")).await;
+    assert!(again.stdout.starts_with("/run/cc/init --command-stdin"), "{}\n{}", again.stdout, again.stderr);
+    assert!(!again.stdout.contains("WROTE") && !again.stdout.contains("ESCAPED"), "{}", again.stdout);
+    assert!(again.stdout.contains("CapEff:\t0000000000000000"));
+    assert_eq!(snapshot(&w.checkout), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

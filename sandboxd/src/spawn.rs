@@ -1,0 +1,82 @@
+//! Starting bubblewrap for a launch, or ahead of one ([`crate::warm`]).
+//!
+//! bubblewrap reads its options from descriptor 3 (`--args 3`), never from its
+//! command line: they hold the environment's values, which /proc/<pid>/cmdline would
+//! show to every local user. It closes that descriptor once read, so the command never
+//! sees it.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::Stdio;
+
+use command_fds::{CommandFdExt, FdMapping};
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStdin};
+
+use crate::bwrap::BwrapCommand;
+use crate::launch::nul_separated;
+
+/// The descriptor bubblewrap reads its options from.
+const OPTIONS_FD: i32 = 3;
+
+/// When the envelope's init learns its command.
+pub enum Command<'a> {
+    /// On its command line, as `-- COMMAND…`.
+    Now(&'a [OsString]),
+    /// Later, on its stdin ([`crate::init`]'s `--command-stdin`): the envelope is set
+    /// up now and waits.
+    Later,
+}
+
+pub struct Started {
+    pub child: Child,
+    /// bubblewrap's process group (it is its leader), which a kill of the run signals.
+    pub group: u32,
+    /// Where a [`Command::Later`] envelope's command is to be written.
+    pub command_pipe: Option<ChildStdin>,
+}
+
+/// Starts `program` (bubblewrap) with `envelope`'s options and init, as `user` when
+/// sandboxd is root. Must be called on one of the runtime's own threads, not a
+/// blocking one: bubblewrap's `--die-with-parent` follows the thread that forked it,
+/// and the blocking pool ends idle threads.
+pub fn bubblewrap(
+    program: &Path,
+    envelope: &BwrapCommand,
+    command: Command<'_>,
+    user: Option<(u32, u32)>,
+) -> std::io::Result<Started> {
+    let (options_read, options_write) = std::io::pipe()?;
+    let mut c = tokio::process::Command::new(program);
+    c.args(["--args", "3", "--"]).args(&envelope.init);
+    let later = matches!(command, Command::Later);
+    match command {
+        Command::Now(argv) => c.arg("--").args(argv),
+        Command::Later => c.arg("--command-stdin"),
+    };
+    c.fd_mappings(vec![FdMapping { parent_fd: OwnedFd::from(options_read), child_fd: OPTIONS_FD }])
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    // bubblewrap sets the environment and the directory inside (--setenv, --chdir).
+    c.env_clear();
+    // As root, every launch runs as the run's unprivileged user (bubblewrap then
+    // relies on unprivileged user namespaces, as it does for a user's supervisor).
+    if let Some((uid, gid)) = user {
+        c.uid(uid).gid(gid);
+    }
+    let stdin = if later { Stdio::piped() } else { Stdio::null() };
+    c.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    let mut child = c.spawn()?;
+    // Our copy of the read end goes with the command: bubblewrap sees EOF once we
+    // have written everything.
+    drop(c);
+    let mut options = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(options_write))?;
+    let bytes = nul_separated(&envelope.options);
+    // More than a pipe holds when the environment is large: written while bubblewrap reads.
+    tokio::spawn(async move {
+        let _ = options.write_all(&bytes).await;
+    });
+    let group = child.id().unwrap_or(0);
+    let command_pipe = child.stdin.take();
+    Ok(Started { child, group, command_pipe })
+}

@@ -1,0 +1,134 @@
+//! Envelopes made ahead of their launch (sandboxd/src/warm.rs): each launch still gets
+//! an envelope of its own, and one made before something changed is never used.
+
+use super::*;
+use cc_tests::sandbox::{eventually, run_argv};
+
+/// Our init's command line, as the launch's own `/proc/1/cmdline` shows it.
+const INIT_LINE: &str = "tr '\\0' ' ' < /proc/1/cmdline; echo";
+
+fn made_ahead(out: &cc_tests::sandbox::Outcome) -> bool {
+    out.stdout.lines().next().is_some_and(|init| init.starts_with("/run/cc/init") && init.contains("--command-stdin"))
+}
+
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_launch_gets_an_envelope_of_its_own_even_when_made_ahead() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let first =
+        run(&mut client, "r1", BASH, &format!("{INIT_LINE}; echo x > /tmp/left-behind; (setsid sleep 1061 &)")).await;
+    assert_eq!(first.code(), Some(0), "{}", first.stderr);
+    assert!(!made_ahead(&first), "the run's first launch has nothing made for it: {}", first.stdout);
+    assert!(!host_has_process("sleep 1061"), "the first launch's job outlived it");
+
+    // The second takes the envelope made when the first ended: a fresh /tmp and pid
+    // namespace, the sanitized environment, its argv exactly, and stdin at its end.
+    let argv = [
+        "/bin/sh",
+        "-c",
+        &format!(
+            "{INIT_LINE}; test -e /tmp/left-behind && echo LEFT-BEHIND; ls /proc | grep -c '^[0-9]'; env; cat; printf '[%s]' \"$@\""
+        ),
+        "sh",
+        "",
+        "a b",
+        "--",
+        "*",
+    ];
+    let second = run_argv(&mut client, "r1", BASH, argv.iter().map(|a| a.as_bytes().to_vec()).collect()).await;
+    assert_eq!(second.code(), Some(0), "{}", second.stderr);
+    assert!(made_ahead(&second), "the second launch did not use the envelope made for it: {}", second.stdout);
+    let lines: Vec<&str> = second.stdout.lines().collect();
+    assert_eq!(lines[1], "4", "only init, sh, ls and grep are visible, /tmp is empty: {lines:?}");
+    assert!(second.stdout.ends_with("[][a b][--][*]"), "{}", second.stdout);
+    for leaked in ["LD_PRELOAD", "OPENAI_API_KEY", "GIT_CONFIG_COUNT"] {
+        assert!(!second.stdout.contains(leaked), "{leaked} reached a warm envelope:\n{}", second.stdout);
+    }
+
+    // Its writes are refused and reported as in any envelope, and nothing outlives it.
+    let third =
+        run(&mut client, "r1", BASH, &format!("{INIT_LINE}; touch /usr/cc-warm; (setsid sleep 1062 &); true")).await;
+    assert!(made_ahead(&third), "{}", third.stdout);
+    assert_eq!(third.violations.iter().map(|v| v.attempted.as_str()).collect::<Vec<_>>(), ["/usr/cc-warm"]);
+    assert!(!Path::new("/usr/cc-warm").exists());
+    assert!(!host_has_process("sleep 1062"), "a job of a warm envelope outlived it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_made_before_a_new_nested_repository_is_not_used() {
+    let w = world();
+    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
+    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
+    eventually("the harness's next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    let stale = sbx.waiting_envelopes()[0];
+    // The agent's own launch (Claude Code, overlay) makes a nested repository inside the
+    // harness's working directory, whose hooks the waiting envelope does not protect.
+    let made = run(&mut client, "r1", OVERLAY, &format!("cd {} && git init -q sub && echo made", q(&w.repo))).await;
+    assert!(made.stdout.contains("made"), "{made:?}");
+    let config_before = std::fs::read(w.repo.join("sub/.git/config")).unwrap();
+    let out = run(
+        &mut client,
+        "r1",
+        BASH,
+        &format!(
+            "{INIT_LINE}; echo 'touch /tmp/pwned' > sub/.git/hooks/pre-commit && echo 'WROTE hook'; \
+             echo '[core] fsmonitor = evil' >> sub/.git/config && echo 'WROTE config'; true"
+        ),
+    )
+    .await;
+    assert!(!made_ahead(&out), "the envelope made before the repository existed was used: {}", out.stdout);
+    assert!(!out.stdout.lines().skip(1).any(|l| l.contains("WROTE")), "{}", out.stdout);
+    assert!(!w.repo.join("sub/.git/hooks/pre-commit").exists());
+    assert_eq!(std::fs::read(w.repo.join("sub/.git/config")).unwrap(), config_before);
+    eventually("the stale envelope is killed", || gone(stale));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protected_file_replaced_since_is_seen_as_it_is_now() {
+    let w = world();
+    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
+    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
+    eventually("the harness's next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    // `git config` as the person runs it: a new file renamed over the old one. The
+    // waiting envelope holds the old one, bound read-only.
+    let config = w.repo.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[cc]\n\tprobe = fresh\n");
+    let new = w.repo.join(".git/config.lock");
+    std::fs::write(&new, text).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&new, Some(65534), Some(65534)).unwrap();
+    }
+    std::fs::rename(&new, &config).unwrap();
+    let out = run(&mut client, "r1", BASH, &format!("{INIT_LINE}; git config cc.probe")).await;
+    assert!(!made_ahead(&out), "{}", out.stdout);
+    assert!(out.stdout.ends_with("fresh\n"), "the launch saw an old .git/config: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registering_again_or_unregistering_kills_the_envelope_made_ahead() {
+    let w = world();
+    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
+    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
+    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    let first = sbx.waiting_envelopes()[0];
+    client.register_run(policy(&w)).await.unwrap();
+    eventually("the envelope made for the replaced policy is killed", || gone(first));
+
+    let out = run(&mut client, "r1", BASH, &format!("{INIT_LINE}; true")).await;
+    assert!(!made_ahead(&out), "a launch under the new policy used an envelope of the old: {}", out.stdout);
+    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    let second = sbx.waiting_envelopes()[0];
+    let killed =
+        client.unregister_run(pb::UnregisterRunRequest { run_id: "r1".into() }).await.unwrap().into_inner().killed;
+    assert_eq!(killed, 0, "no launch was running: a waiting envelope is not counted");
+    eventually("the run's waiting envelope dies with it", || gone(second));
+    assert!(sbx.waiting_envelopes().is_empty());
+}
