@@ -73,7 +73,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             work_dir: work.as_os_str().as_bytes().to_vec(),
             ..Default::default()
         };
-        client.register_run(policy).await?;
+        client.register_run(policy.clone()).await?;
         let launch = |argv: &[&str]| pb::LaunchRequest {
             run_id: "bench".into(),
             kind: pb::DispatchKind::HarnessBash as i32,
@@ -98,23 +98,44 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             explained.argv.iter().map(|a| std::ffi::OsStr::from_bytes(a).to_owned()).collect();
         let as_user = launch_user(&work);
         let raw = ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"].map(std::ffi::OsString::from);
-        // Interleaved, one of each per round, so that a noisy neighbour slows all three.
+        // Interleaved, one of each per round, so that a noisy neighbour slows them all.
+        // A cold launch first: registering the run again throws away the envelope made
+        // ahead, so the launch makes its own. Last, the launch after another, with the
+        // other rows (about 20 ms) between them as an agent's think time is between its
+        // tool calls (seconds): its envelope was made when the one before it ended.
         let mut samples = Samples::default();
         for i in 0..LAUNCHES + 5 {
-            let (started, ours) = run_true(&mut client, launch(&["/bin/true"])).await?;
+            client.register_run(policy.clone()).await?;
+            let (_, cold) = run_true(&mut client, launch(&["/bin/true"])).await?;
             let direct = time_once(&direct, as_user)?;
             let raw_as_user = time_once(&raw, as_user)?;
             let raw = time_once(&raw, None)?;
             let bare = time_once(&[std::ffi::OsString::from("/bin/true")], None)?;
+            let (started, ours) = run_true(&mut client, launch(&["/bin/true"])).await?;
+            // And one more at once, as a script of calls would: it waits for the
+            // envelope being made when the one before ended.
+            let (_, back_to_back) = run_true(&mut client, launch(&["/bin/true"])).await?;
             if i >= 5 {
+                samples.back_to_back.push(back_to_back);
                 samples.started.push(started);
                 samples.ours.push(ours);
+                samples.cold.push(cold);
                 samples.direct.push(direct);
                 samples.raw.push(raw);
                 samples.raw_as_user.push(raw_as_user);
                 samples.bare.push(bare);
             }
         }
+        // What waiting costs: the envelope made after the last launch, idle.
+        let mut waiting = waiting_memory();
+        for _ in 0..200 {
+            if waiting.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            waiting = waiting_memory();
+        }
+        let waiting = waiting?;
         // An idle envelope as a run with network has it: our init waiting on a sleeping
         // command while its bridges serve two ports (egress proxy, push gateway) to unix
         // sockets of the run's own.
@@ -153,26 +174,37 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         let idle = idle?;
         drop(stream);
         drop(sockets);
-        anyhow::Ok((samples, idle))
+        anyhow::Ok((samples, (idle, waiting)))
     })?;
+    let (idle, waiting) = idle;
     let _ = child.kill();
     let _ = child.wait();
 
     let as_user = launch_user(&work).map_or("ourselves".to_owned(), |(uid, _)| format!("uid {uid}"));
     let raw_as_user = stats(ours.raw_as_user);
     let started = stats(ours.started);
+    let cold = stats(ours.cold);
+    let back_to_back = stats(ours.back_to_back);
     let (ours, direct, raw, bare) = (stats(ours.ours), stats(ours.direct), stats(ours.raw), stats(ours.bare));
-    report("`true` through sandboxd's Launch (native envelope)", &ours, Duration::from_millis(5));
-    report("  of which until Launch answered (request, envelope, spawn)", &started, Duration::from_millis(5));
+    report("`true` through sandboxd's Launch, after another (envelope made ahead)", &ours, Duration::from_millis(5));
+    report("  of which until Launch answered", &started, Duration::from_millis(5));
+    report("`true` through sandboxd's Launch, cold (envelope made for it)", &cold, Duration::from_millis(5));
+    report("`true` through sandboxd's Launch, right as the one before ended", &back_to_back, Duration::from_millis(5));
     report("the same envelope's argv, run directly", &direct, Duration::from_millis(5));
     report("`true` under raw bwrap --unshare-all --ro-bind / /", &raw, Duration::from_millis(5));
     report(&format!("the same raw bwrap, as the launch user ({as_user})"), &raw_as_user, Duration::from_millis(5));
     report("`true` with no sandbox", &bare, Duration::from_millis(5));
     let ratio = |a: &crate::Stats, b: &crate::Stats| a.median.as_secs_f64() / b.median.as_secs_f64();
     println!(
-        "ratio ours / raw bwrap: {:.2} (target at most 1.50); ours / raw bwrap as the launch user: {:.2}; the envelope alone / raw bwrap: {:.2}",
+        "ratio ours / raw bwrap: {:.2} (target at most 1.50); ours / raw bwrap as the launch user: {:.2}",
         ratio(&ours, &raw),
         ratio(&ours, &raw_as_user),
+    );
+    println!(
+        "ratio cold / raw bwrap: {:.2}; right after another / raw bwrap: {:.2}; cold / raw bwrap as the launch user: {:.2}; the envelope alone / raw bwrap: {:.2}",
+        ratio(&cold, &raw),
+        ratio(&back_to_back, &raw),
+        ratio(&cold, &raw_as_user),
         ratio(&direct, &raw)
     );
     match srt.filter(|s| Path::new(s).exists()) {
@@ -180,8 +212,9 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             let theirs = stats(time_command_n(&[&srt, "true"], 10)?);
             report("`true` under srt (sandbox-runtime)", &theirs, Duration::from_millis(5));
             println!(
-                "ratio srt / ours: {:.1} (target at least 20)",
-                theirs.median.as_secs_f64() / ours.median.as_secs_f64()
+                "ratio srt / ours: {:.1} (target at least 20); srt / cold: {:.1}",
+                theirs.median.as_secs_f64() / ours.median.as_secs_f64(),
+                theirs.median.as_secs_f64() / cold.median.as_secs_f64()
             );
         }
         None => println!("srt: not installed (bench/run.sh installs it with npm); no comparison"),
@@ -191,6 +224,11 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         "idle envelope with two bridges: our init and its bridge threads {:.2} MiB RSS (target: under 4 MiB); bubblewrap {:.2} MiB",
         mib(idle.0),
         mib(idle.1)
+    );
+    println!(
+        "an envelope made ahead, waiting for its launch: our init {:.2} MiB RSS, bubblewrap {:.2} MiB (one per run and kind)",
+        mib(waiting.0),
+        mib(waiting.1)
     );
     Ok(())
 }
@@ -221,6 +259,8 @@ struct Samples {
     /// bubblewrap (std waits for its exec), before bubblewrap builds anything.
     started: Vec<Duration>,
     ours: Vec<Duration>,
+    cold: Vec<Duration>,
+    back_to_back: Vec<Duration>,
     direct: Vec<Duration>,
     raw: Vec<Duration>,
     raw_as_user: Vec<Duration>,
@@ -304,4 +344,21 @@ fn idle_memory(bridges: usize) -> anyhow::Result<(u64, u64)> {
         bail!("the idle envelope's init has {threads} threads, not yet its {bridges} bridges");
     }
     Ok((crate::vm_rss_kib(&init).unwrap_or(0), bwrap))
+}
+
+/// VmRSS in KiB of the init of an envelope made ahead (it waits for its command on
+/// stdin) and of the bubblewrap above it.
+fn waiting_memory() -> anyhow::Result<(u64, u64)> {
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let dir = entry.path();
+        let line = String::from_utf8_lossy(&std::fs::read(dir.join("cmdline")).unwrap_or_default()).replace('\0', " ");
+        if !line.starts_with("/run/cc/init ") || !line.contains("--command-stdin") {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status"))?;
+        let parent = status.lines().find_map(|l| l.strip_prefix("PPid:")).map(str::trim).unwrap_or("0");
+        let bwrap = crate::vm_rss_kib(&Path::new("/proc").join(parent)).unwrap_or(0);
+        return Ok((crate::vm_rss_kib(&dir).unwrap_or(0), bwrap));
+    }
+    bail!("no envelope made ahead is waiting")
 }
