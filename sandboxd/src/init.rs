@@ -129,7 +129,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let Some((program, rest)) = command.split_first() else {
         return fail("no command to run".into());
     };
-    run_command(program, rest, &waited)
+    run_command(program, rest, command_stdin, &waited)
 }
 
 /// A command as sandboxd writes it: each argument followed by a NUL. `None` for no
@@ -202,9 +202,9 @@ fn join(client: TcpStream, socket: &std::path::Path) {
     let _ = up.join();
 }
 
-fn run_command(program: &OsStr, rest: &[OsString], waited: &SigSet) -> ExitCode {
+fn run_command(program: &OsStr, rest: &[OsString], stdin_was_ours: bool, waited: &SigSet) -> ExitCode {
     // The command starts with an empty mask ([`spawn`]).
-    let child = match spawn(program, rest) {
+    let child = match spawn(program, rest, stdin_was_ours) {
         Ok(pid) => pid,
         Err(e) => {
             eprintln!("cc-init: cannot run {}: {}", program.to_string_lossy(), e.desc());
@@ -230,8 +230,12 @@ fn run_command(program: &OsStr, rest: &[OsString], waited: &SigSet) -> ExitCode 
 /// Starts the command as the workload expects a fresh process: no signal blocked (ours
 /// are, for sigwait, and a mask is inherited across exec) and SIGPIPE at its default
 /// (the Rust runtime ignores it, and an ignored signal is inherited too). std's
-/// `Command` restores neither, so it is posix_spawn with both set explicitly.
-fn spawn(program: &OsStr, rest: &[OsString]) -> nix::Result<Pid> {
+/// `Command` restores neither, so it is posix_spawn with both set explicitly. Its stdin
+/// is ours (the runner reads its bootstrap there), or /dev/null when ours was the pipe
+/// its command came on (`stdin_was_ours`). Nothing but its stdio
+/// reaches it: a descriptor that sandboxd, or whoever started the supervisor, inherited
+/// without close-on-exec would otherwise pass through bubblewrap into every envelope.
+fn spawn(program: &OsStr, rest: &[OsString], stdin_was_ours: bool) -> nix::Result<Pid> {
     use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawnp};
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -250,7 +254,25 @@ fn spawn(program: &OsStr, rest: &[OsString]) -> nix::Result<Pid> {
     pipe.add(Signal::SIGPIPE);
     attr.set_sigdefault(&pipe)?;
     attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF)?;
-    posix_spawnp(&program, &PosixSpawnFileActions::init()?, &attr, &argv, &env)
+    let io = |e: std::io::Error| nix::Error::from_raw(e.raw_os_error().unwrap_or(nix::libc::EIO));
+    let mut files = PosixSpawnFileActions::init()?;
+    // Held until the spawn has happened.
+    let null = if stdin_was_ours { Some(std::fs::File::open("/dev/null").map_err(io)?) } else { None };
+    if let Some(null) = &null {
+        files.add_dup2(std::os::fd::AsRawFd::as_raw_fd(null), 0)?;
+    }
+    // Ours are all close-on-exec (Rust opens them so, the bridges' sockets included);
+    // what we inherited is listed here. Closing one that is gone meanwhile (the listing's
+    // own) is an error posix_spawn ignores.
+    let inherited: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map_err(io)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in inherited {
+        files.add_close(fd)?;
+    }
+    posix_spawnp(&program, &files, &attr, &argv, &env)
 }
 
 /// Reaps every child that has exited (orphans included); the command's exit status

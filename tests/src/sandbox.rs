@@ -43,6 +43,7 @@ impl Sandboxd {
         }
         let socket = tmp.path().join("sock/sandboxd.sock");
         let secret = PeerSecret::generate().unwrap();
+        inheritable_canary();
         let mut cmd = Command::new(crate::bin("cc-sandboxd"));
         if let Some(uid) = uid {
             use std::os::unix::process::CommandExt;
@@ -110,6 +111,17 @@ impl Drop for Sandboxd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A descriptor without close-on-exec, held for the life of the tests, so that every
+/// sandboxd started here inherits one, as one started from a careless shell would: none
+/// of it may reach a workload.
+fn inheritable_canary() {
+    static CANARY: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+    CANARY.get_or_init(|| {
+        nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDONLY, nix::sys::stat::Mode::empty())
+            .expect("open /dev/null")
+    });
 }
 
 /// Waits until `done` holds, for at most ten seconds: for what another process does in
