@@ -97,11 +97,14 @@ impl Runs {
         sender
     }
 
-    fn add(&self, run_id: &str, group: u32) -> bool {
-        match self.lock().get_mut(run_id) {
-            Some(e) => e.groups.insert(group),
-            None => false,
+    /// Counts `group` as one of the run's launches; kills it when the run is gone.
+    fn add_or_refuse(&self, run_id: &str, group: u32) -> Result<(), Status> {
+        if let Some(e) = self.lock().get_mut(run_id) {
+            e.groups.insert(group);
+            return Ok(());
         }
+        kill_group(group);
+        Err(Status::not_found(format!("run {:?} ended while launching", short(run_id))))
     }
 
     fn remove(&self, run_id: &str, group: u32) {
@@ -204,7 +207,8 @@ impl Launcher {
         if argv.iter().any(|a| a.contains(&0)) {
             return Err(Status::invalid_argument("an argument contains a NUL byte"));
         }
-        if argv.iter().map(Vec::len).sum::<usize>() > MAX_ARGV_BYTES {
+        // Each with its NUL, as it travels to an envelope made ahead.
+        if argv.iter().map(|a| a.len() + 1).sum::<usize>() > MAX_ARGV_BYTES {
             return Err(Status::invalid_argument("argv is over 1 MiB"));
         }
         let argv: Vec<OsString> = if kind == Kind::Runner {
@@ -244,9 +248,7 @@ impl Launcher {
         {
             let protected = self.protected(p, true)?;
             let envelope = self.bwrap_command(p, &protected, &self.runner);
-            let (writable, readonly) = bwrap::roots(&p.policy, p.kind);
-            let bound = writable.iter().chain(&readonly).chain(&protected).chain(&p.policy.write_deny);
-            let key = WarmKey::new(&envelope, bound.chain([&p.policy.work_dir]).map(PathBuf::as_path));
+            let key = WarmKey::new(&envelope, service_user(&p.policy));
             Ok(Wrapping::Bubblewrap(envelope, key))
         }
     }
@@ -360,13 +362,18 @@ impl Launcher {
                     None => None,
                 };
                 // A waiting envelope that is not this one is killed here, unused.
-                let warm = warm.and_then(|mut w| w.serves(&key).then_some(w));
-                match warm.and_then(|w| w.hand_off(&envelope.command)) {
-                    Some(handed) => handed,
+                match warm.and_then(|w| w.serving(&key)) {
+                    Some(warm) => {
+                        // The run's before its command is given: an unregistration from
+                        // here on kills it, never misses it.
+                        self.runs.add_or_refuse(&run_id, warm.group())?;
+                        warm.hand_off(&envelope.command)
+                    }
                     None => {
                         let command = spawn::Command::Now(&envelope.command);
                         let s = spawn::bubblewrap(self.program()?, &envelope, command, service_user(&p.policy))
                             .map_err(cannot_start)?;
+                        self.runs.add_or_refuse(&run_id, s.group)?;
                         (s.child, s.group)
                     }
                 }
@@ -374,18 +381,18 @@ impl Launcher {
             Wrapping::SandboxExec(args) => {
                 let mut c = tokio::process::Command::new(self.program()?);
                 c.args(&args);
-                spawn_plain(c, &p).map_err(cannot_start)?
+                let (child, group) = spawn_plain(c, &p).map_err(cannot_start)?;
+                self.runs.add_or_refuse(&run_id, group)?;
+                (child, group)
             }
             Wrapping::Unwrapped => {
                 let mut c = tokio::process::Command::new(&p.argv[0]);
                 c.args(&p.argv[1..]);
-                spawn_plain(c, &p).map_err(cannot_start)?
+                let (child, group) = spawn_plain(c, &p).map_err(cannot_start)?;
+                self.runs.add_or_refuse(&run_id, group)?;
+                (child, group)
             }
         };
-        if !self.runs.add(&run_id, group) {
-            kill_group(group);
-            return Err(Status::not_found(format!("run {:?} ended while launching", short(&run_id))));
-        }
         let (tx, rx) = mpsc::channel(64);
         let runs = self.runs.clone();
         let next = bubblewrap.then(|| (self.clone(), p.policy.clone(), p.kind, request.kind));
@@ -439,15 +446,20 @@ impl Launcher {
             use std::os::unix::process::ExitStatusExt;
             let exit =
                 pb::Exit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()), timed_out };
-            // Announced before the exit is reported, so that the next launch waits for
-            // it rather than making its own; made after, so that it never delays it.
+            // The next envelope is announced before the exit is reported, so that the
+            // next launch waits for it rather than making its own, and made once the exit
+            // is queued, so that it never delays it; in a task of its own, so that a
+            // client slow to read its events never holds it up.
             let next = next.map(|(launcher, policy, kind, number)| {
                 let sender = runs.expect_warm(&run_id, &policy, kind);
                 (launcher, policy, number, sender)
             });
-            send(Event::Exit(exit)).await;
+            let exit = tx.try_send(Ok(pb::LaunchEvent { event: Some(Event::Exit(exit)) }));
             if let Some((launcher, policy, kind, sender)) = next {
-                launcher.prewarm(run_id, kind, policy, sender).await;
+                tokio::spawn(launcher.prewarm(run_id, kind, policy, sender));
+            }
+            if let Err(mpsc::error::TrySendError::Full(exit)) = exit {
+                let _ = tx.send(exit).await;
             }
         });
         Ok(ReceiverStream::new(rx))

@@ -12,16 +12,17 @@
 //! that appeared since (a new nested repository), a root swapped for another directory,
 //! a policy registered again: each makes the waiting envelope unusable.
 //!
-//! It is made only once the launch before it has ended, so that no process of the
-//! run's launches of that kind is alive while its mounts are made (the window a
-//! workload would need to swap a directory for a link under bubblewrap's binds).
+//! It is made once the launch before it has ended, not while that launch's workload can
+//! still act on the roots it binds. Other launches of the run may be running, as they
+//! may be while a cold launch is made: in their envelopes every path bound here is a
+//! mount point, which they can neither rename nor remove.
 
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin};
+use tokio::process::Child;
 
 use crate::bwrap::BwrapCommand;
 use crate::launch::{kill_group, nul_separated};
@@ -32,17 +33,28 @@ use crate::spawn::Started;
 pub struct WarmKey {
     options: Vec<OsString>,
     init: Vec<OsString>,
-    /// Device and inode of every path bound, in order; zeros where none is.
+    /// Who it runs as (sandboxd as root launches as the owner of the run's files).
+    user: Option<(u32, u32)>,
+    /// Device and inode, as the host sees them now, of every absolute path among
+    /// bubblewrap's options: every bind's source and mount point, the masks over
+    /// secrets, the directories pinned, our init's binary, the bridges' sockets. When a
+    /// path something is mounted on is unlinked or renamed over in another mount
+    /// namespace (the person's `git config` renames a new .git/config over the old),
+    /// the kernel detaches that mount in the waiting envelope: the new inode is what
+    /// tells. Zeros where nothing is.
     identities: Vec<(u64, u64)>,
 }
 
 impl WarmKey {
-    pub fn new<'a>(envelope: &BwrapCommand, bound: impl IntoIterator<Item = &'a Path>) -> Self {
-        let identities = bound
-            .into_iter()
-            .map(|path| std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).unwrap_or((0, 0)))
+    pub fn new(envelope: &BwrapCommand, user: Option<(u32, u32)>) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let identities = envelope
+            .options
+            .iter()
+            .filter(|a| a.as_bytes().first() == Some(&b'/'))
+            .map(|path| std::fs::symlink_metadata(Path::new(path)).map(|m| (m.dev(), m.ino())).unwrap_or((0, 0)))
             .collect();
-        Self { options: envelope.options.clone(), init: envelope.init.clone(), identities }
+        Self { options: envelope.options.clone(), init: envelope.init.clone(), user, identities }
     }
 }
 
@@ -59,30 +71,46 @@ impl Warm {
         Self { key, started: Some(started) }
     }
 
-    /// Whether this envelope is the one `key` describes and is still waiting.
-    pub fn serves(&mut self, key: &WarmKey) -> bool {
-        let Some(started) = self.started.as_mut() else { return false };
+    /// The envelope, if it is the one `key` describes and still waits; otherwise it
+    /// is killed here (or found dead, and reaped).
+    pub fn serving(mut self, key: &WarmKey) -> Option<Ready> {
+        let started = self.started.as_mut()?;
         match started.child.try_wait() {
-            Ok(None) => self.key == *key,
-            // It ended on its own (its setup failed, or it was killed): reaped now.
+            Ok(None) if self.key == *key => self.started.take().map(Ready),
+            Ok(None) => None,
+            // It ended on its own (its setup failed, or it was killed): its group id
+            // may belong to someone else by now.
             Ok(Some(_)) | Err(_) => {
                 self.started = None;
-                false
+                None
             }
         }
     }
+}
+
+/// A waiting envelope chosen for a launch. Dropped before [`Ready::hand_off`], bubblewrap
+/// is killed (kill_on_drop) and our init with it (`--die-with-parent`).
+pub struct Ready(Started);
+
+impl Ready {
+    /// bubblewrap's process group.
+    pub fn group(&self) -> u32 {
+        self.0.group
+    }
 
     /// Gives the envelope its command; the caller owns the process from here on.
-    pub fn hand_off(mut self, argv: &[OsString]) -> Option<(Child, u32)> {
-        let Started { child, group, command_pipe } = self.started.take()?;
-        let mut pipe: ChildStdin = command_pipe?;
+    pub fn hand_off(self, argv: &[OsString]) -> (Child, u32) {
+        let Started { child, group, command_pipe } = self.0;
         let bytes = nul_separated(argv);
         // Our init reads to the end, so the pipe closes when this is written; a command
-        // longer than a pipe holds is written while it reads.
-        tokio::spawn(async move {
-            let _ = pipe.write_all(&bytes).await;
-        });
-        Some((child, group))
+        // longer than a pipe holds is written while it reads. Without a pipe (never:
+        // Command::Later makes one) our init reads nothing and ends, and so the launch.
+        if let Some(mut pipe) = command_pipe {
+            tokio::spawn(async move {
+                let _ = pipe.write_all(&bytes).await;
+            });
+        }
+        (child, group)
     }
 }
 
@@ -93,5 +121,45 @@ impl Drop for Warm {
             // kill_on_drop reaps bubblewrap in the background.
             drop(started);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(bound: &Path) -> BwrapCommand {
+        BwrapCommand {
+            options: ["--ro-bind", &bound.to_string_lossy(), &bound.to_string_lossy(), "--setenv", "HOME", "/tmp"]
+                .map(OsString::from)
+                .to_vec(),
+            init: vec!["/run/cc/init".into()],
+            command: vec!["true".into()],
+        }
+    }
+
+    #[test]
+    fn a_path_replaced_or_another_user_makes_another_envelope() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        std::fs::write(&config, "old").unwrap();
+        let key = WarmKey::new(&envelope(&config), None);
+        assert_eq!(key, WarmKey::new(&envelope(&config), None), "nothing changed");
+        // The command is not part of it; who runs it is.
+        let mut other_command = envelope(&config);
+        other_command.command = vec!["false".into()];
+        assert_eq!(key, WarmKey::new(&other_command, None));
+        assert_ne!(key, WarmKey::new(&envelope(&config), Some((65534, 65534))));
+        // Written in place: the same file, and the mount on it holds.
+        std::fs::write(&config, "in place").unwrap();
+        assert_eq!(key, WarmKey::new(&envelope(&config), None));
+        // Renamed over, as git does: the mount on the old one is gone in other namespaces.
+        std::fs::write(dir.path().join("config.lock"), "new").unwrap();
+        std::fs::rename(dir.path().join("config.lock"), &config).unwrap();
+        assert_ne!(key, WarmKey::new(&envelope(&config), None));
+        // Gone altogether.
+        let before = WarmKey::new(&envelope(&config), None);
+        std::fs::remove_file(&config).unwrap();
+        assert_ne!(before, WarmKey::new(&envelope(&config), None));
     }
 }
