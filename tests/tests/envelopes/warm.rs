@@ -182,32 +182,11 @@ async fn an_envelope_made_ahead_is_the_one_a_cold_launch_gets() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_launches_and_a_killed_waiting_envelope_fall_back_to_envelopes_of_their_own() {
+async fn a_killed_waiting_envelope_and_concurrent_launches_fall_back_to_envelopes_of_their_own() {
     let w = world();
     let Some((sbx, mut client)) = native(&w, &[]).await else { return };
     assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
     eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
-    // Four at once: one takes the waiting envelope, the others make their own.
-    let launches: Vec<_> = (0..4)
-        .map(|i| {
-            let mut client = client.clone();
-            tokio::spawn(async move {
-                let out = run(&mut client, "r1", BASH, &format!("{INIT_LINE}; echo launch-{i}")).await;
-                (i, out)
-            })
-        })
-        .collect();
-    let mut warm = 0;
-    for launch in launches {
-        let (i, out) = launch.await.unwrap();
-        assert_eq!(out.code(), Some(0), "{}", out.stderr);
-        assert!(out.stdout.ends_with(&format!("launch-{i}\n")), "{}", out.stdout);
-        warm += usize::from(made_ahead(&out));
-    }
-    assert_eq!(warm, 1, "one waiting envelope serves one launch");
-    // Each ending made the next one, and each replaced the one before: one is left.
-    eventually("one envelope waits", || sbx.waiting_envelopes().len() == 1);
-
     // Killed from outside while it waits: the next launch notices and makes its own.
     let waiting = sbx.waiting_envelopes()[0];
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting), nix::sys::signal::Signal::SIGKILL).unwrap();
@@ -215,6 +194,33 @@ async fn concurrent_launches_and_a_killed_waiting_envelope_fall_back_to_envelope
     let out = run(&mut client, "r1", BASH, &format!("{INIT_LINE}; echo after")).await;
     assert_eq!(out.code(), Some(0), "{}", out.stderr);
     assert!(!made_ahead(&out) && out.stdout.ends_with("after\n"), "{}", out.stdout);
+    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
+
+    // Four at once: one takes the waiting envelope, the others make their own (or take
+    // one made when another of them ended). No two share one: each has its pid namespace.
+    let launches: Vec<_> = (0..4)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let out =
+                    run(&mut client, "r1", BASH, &format!("{INIT_LINE}; readlink /proc/self/ns/pid; echo launch-{i}"))
+                        .await;
+                (i, out)
+            })
+        })
+        .collect();
+    let (mut warm, mut namespaces) = (0, std::collections::BTreeSet::new());
+    for launch in launches {
+        let (i, out) = launch.await.unwrap();
+        assert_eq!(out.code(), Some(0), "{}", out.stderr);
+        assert!(out.stdout.ends_with(&format!("launch-{i}\n")), "{}", out.stdout);
+        warm += usize::from(made_ahead(&out));
+        namespaces.insert(out.stdout.lines().nth(1).unwrap_or_default().to_owned());
+    }
+    assert!(warm >= 1, "the waiting envelope served none of them");
+    assert_eq!(namespaces.len(), 4, "two launches shared an envelope: {namespaces:?}");
+    // Each ending made the next one, and each replaced (and killed) the one before.
+    eventually("one envelope waits", || sbx.waiting_envelopes().len() == 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
