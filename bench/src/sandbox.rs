@@ -127,15 +127,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             }
         }
         // What waiting costs: the envelope made after the last launch, idle.
-        let mut waiting = waiting_memory();
-        for _ in 0..200 {
-            if waiting.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            waiting = waiting_memory();
-        }
-        let waiting = waiting?;
+        let waiting = within_two_seconds(waiting_memory).await?;
         // An idle envelope as a run with network has it: our init waiting on a sleeping
         // command while its bridges serve two ports (egress proxy, push gateway) to unix
         // sockets of the run's own.
@@ -163,15 +155,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             .into_inner();
         let _first = stream.next().await;
         // The envelope is being built; give it up to two seconds to reach our init.
-        let mut idle = idle_memory(2);
-        for _ in 0..200 {
-            if idle.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            idle = idle_memory(2);
-        }
-        let idle = idle?;
+        let idle = within_two_seconds(|| idle_memory(2)).await?;
         drop(stream);
         drop(sockets);
         anyhow::Ok((samples, (idle, waiting)))
@@ -315,13 +299,6 @@ pub(crate) fn time_command_n(argv: &[&str], n: usize) -> anyhow::Result<Vec<Dura
 /// command has exec'd, the init's spawn child shares its memory and its command line,
 /// and would be counted twice. `bridges`: how many bridge threads the init must hold.
 fn idle_memory(bridges: usize) -> anyhow::Result<(u64, u64)> {
-    let cmdline = |dir: &Path| {
-        String::from_utf8_lossy(&std::fs::read(dir.join("cmdline")).unwrap_or_default()).replace('\0', " ")
-    };
-    let field = |dir: &Path, name: &str| -> Option<u64> {
-        let status = std::fs::read_to_string(dir.join("status")).ok()?;
-        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
-    };
     let (mut init, mut bwrap) = (None, 0);
     for entry in std::fs::read_dir("/proc")?.flatten() {
         let dir = entry.path();
@@ -351,14 +328,38 @@ fn idle_memory(bridges: usize) -> anyhow::Result<(u64, u64)> {
 fn waiting_memory() -> anyhow::Result<(u64, u64)> {
     for entry in std::fs::read_dir("/proc")?.flatten() {
         let dir = entry.path();
-        let line = String::from_utf8_lossy(&std::fs::read(dir.join("cmdline")).unwrap_or_default()).replace('\0', " ");
+        let line = cmdline(&dir);
         if !line.starts_with("/run/cc/init ") || !line.contains("--command-stdin") {
             continue;
         }
-        let status = std::fs::read_to_string(dir.join("status"))?;
-        let parent = status.lines().find_map(|l| l.strip_prefix("PPid:")).map(str::trim).unwrap_or("0");
-        let bwrap = crate::vm_rss_kib(&Path::new("/proc").join(parent)).unwrap_or(0);
+        let parent = field(&dir, "PPid:").unwrap_or(0);
+        let bwrap = crate::vm_rss_kib(&Path::new("/proc").join(parent.to_string())).unwrap_or(0);
         return Ok((crate::vm_rss_kib(&dir).unwrap_or(0), bwrap));
     }
     bail!("no envelope made ahead is waiting")
+}
+
+/// A process's command line, its arguments joined by spaces.
+fn cmdline(dir: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(dir.join("cmdline")).unwrap_or_default()).replace('\0', " ")
+}
+
+/// A number from a process's status file (`PPid:`, `Threads:`).
+fn field(dir: &Path, name: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(dir.join("status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
+}
+
+/// `measure`, retried until it succeeds or two seconds have passed: an envelope is
+/// being built in its own time.
+async fn within_two_seconds<T>(measure: impl Fn() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let mut result = measure();
+    for _ in 0..200 {
+        if result.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        result = measure();
+    }
+    result
 }

@@ -69,13 +69,10 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let mut command_stdin = false;
     let mut options = options.iter();
     while let Some(option) = options.next() {
-        if option == "--allow-unix" || option == "--command-stdin" {
-            allow_unix |= option == "--allow-unix";
-            command_stdin |= option == "--command-stdin";
-            continue;
-        }
-        match (option.to_str(), options.next()) {
-            (Some("--bridge"), Some(value)) => bridge_args.push(value.clone()),
+        match option.to_str() {
+            Some("--allow-unix") => allow_unix = true,
+            Some("--command-stdin") => command_stdin = true,
+            Some("--bridge") if let Some(value) = options.next() => bridge_args.push(value.clone()),
             _ => return fail(format!("unknown option {}", option.to_string_lossy())),
         }
     }
@@ -84,7 +81,6 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Err(e) => return fail(e),
     };
     let command = match (command, command_stdin) {
-        (Some([]), false) => return fail("no command to run".into()),
         (Some(command), false) => Some(command.to_vec()),
         (None, true) => None,
         _ => {

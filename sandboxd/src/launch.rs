@@ -31,16 +31,6 @@ const MAX_VIOLATIONS: usize = 64;
 /// How long a launch waits for the envelope being made for it before making its own.
 const WARM_WAIT: Duration = Duration::from_secs(5);
 
-/// Arguments as bubblewrap's `--args` reads them: each followed by a NUL.
-pub fn nul_separated(args: &[OsString]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(args.iter().map(|a| a.len() + 1).sum());
-    for a in args {
-        bytes.extend_from_slice(a.as_bytes());
-        bytes.push(0);
-    }
-    bytes
-}
-
 #[derive(Default)]
 pub struct Runs {
     inner: Mutex<HashMap<String, RunEntry>>,
@@ -351,10 +341,12 @@ impl Launcher {
             .await
             .map_err(|e| Status::internal(e.to_string()))??
         };
-        let cannot_start = |e: std::io::Error| Status::failed_precondition(format!("cannot start the launch: {e}"));
         let run_id = request.run_id.clone();
         let bubblewrap = matches!(wrapping, Wrapping::Bubblewrap(..));
         let native = !matches!(wrapping, Wrapping::Unwrapped);
+        // A launch is counted as the run's as soon as its process exists, so that an
+        // unregistration from then on kills it; one served ahead is counted before its
+        // command is given.
         let (mut child, group) = match wrapping {
             Wrapping::Bubblewrap(envelope, key) => {
                 let warm = match self.runs.take_warm(&run_id, p.kind) {
@@ -364,8 +356,6 @@ impl Launcher {
                 // A waiting envelope that is not this one is killed here, unused.
                 match warm.and_then(|w| w.serving(&key)) {
                     Some(warm) => {
-                        // The run's before its command is given: an unregistration from
-                        // here on kills it, never misses it.
                         self.runs.add_or_refuse(&run_id, warm.group())?;
                         warm.hand_off(&envelope.command)
                     }
@@ -381,16 +371,12 @@ impl Launcher {
             Wrapping::SandboxExec(args) => {
                 let mut c = tokio::process::Command::new(self.program()?);
                 c.args(&args);
-                let (child, group) = spawn_plain(c, &p).map_err(cannot_start)?;
-                self.runs.add_or_refuse(&run_id, group)?;
-                (child, group)
+                self.spawn_plain(c, &p, &run_id)?
             }
             Wrapping::Unwrapped => {
                 let mut c = tokio::process::Command::new(&p.argv[0]);
                 c.args(&p.argv[1..]);
-                let (child, group) = spawn_plain(c, &p).map_err(cannot_start)?;
-                self.runs.add_or_refuse(&run_id, group)?;
-                (child, group)
+                self.spawn_plain(c, &p, &run_id)?
             }
         };
         let (tx, rx) = mpsc::channel(64);
@@ -465,6 +451,24 @@ impl Launcher {
         Ok(ReceiverStream::new(rx))
     }
 
+    /// sandbox-exec or an unwrapped command: they take our environment and directory.
+    fn spawn_plain(
+        &self,
+        mut c: tokio::process::Command,
+        p: &Prepared,
+        run_id: &str,
+    ) -> Result<(tokio::process::Child, u32), Status> {
+        c.env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
+        if let Some((uid, gid)) = service_user(&p.policy) {
+            c.uid(uid).gid(gid);
+        }
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+        let child = c.spawn().map_err(cannot_start)?;
+        let group = child.id().unwrap_or(0);
+        self.runs.add_or_refuse(run_id, group)?;
+        Ok((child, group))
+    }
+
     fn program(&self) -> Result<&Path, Status> {
         self.probe.program.as_deref().ok_or_else(|| Status::internal("the native backend has no envelope program"))
     }
@@ -505,16 +509,8 @@ impl Launcher {
     }
 }
 
-/// sandbox-exec or an unwrapped command: they take our environment and directory.
-fn spawn_plain(mut c: tokio::process::Command, p: &Prepared) -> std::io::Result<(tokio::process::Child, u32)> {
-    c.env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
-    if let Some((uid, gid)) = service_user(&p.policy) {
-        c.uid(uid).gid(gid);
-    }
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
-    let child = c.spawn()?;
-    let group = child.id().unwrap_or(0);
-    Ok((child, group))
+fn cannot_start(e: std::io::Error) -> Status {
+    Status::failed_precondition(format!("cannot start the launch: {e}"))
 }
 
 /// Who a launch runs as when sandboxd is root: the owner of the run's working
@@ -580,16 +576,5 @@ async fn forward(
         && dedup.admit(&v)
     {
         let _ = tx.send(Ok(pb::LaunchEvent { event: Some(Event::Violation(v)) })).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arguments_are_nul_separated() {
-        let args = vec![OsString::from("--setenv"), OsString::from("K"), OsString::from("v a l")];
-        assert_eq!(nul_separated(&args), b"--setenv\0K\0v a l\0");
     }
 }

@@ -11,14 +11,34 @@ use std::path::Path;
 use std::process::Stdio;
 
 use command_fds::{CommandFdExt, FdMapping};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 
 use crate::bwrap::BwrapCommand;
-use crate::launch::nul_separated;
 
 /// The descriptor bubblewrap reads its options from.
 const OPTIONS_FD: i32 = 3;
+
+/// Arguments as bubblewrap's `--args` and our init's `--command-stdin` read them: each
+/// followed by a NUL.
+pub fn nul_separated(args: &[OsString]) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut bytes = Vec::with_capacity(args.iter().map(|a| a.len() + 1).sum());
+    for a in args {
+        bytes.extend_from_slice(a.as_bytes());
+        bytes.push(0);
+    }
+    bytes
+}
+
+/// Writes `args`, NUL-separated, to `pipe` and closes it, in a task of its own: more
+/// than a pipe holds is written while the other end reads.
+pub fn write_arguments(mut pipe: impl AsyncWrite + Unpin + Send + 'static, args: &[OsString]) {
+    let bytes = nul_separated(args);
+    tokio::spawn(async move {
+        let _ = pipe.write_all(&bytes).await;
+    });
+}
 
 /// When the envelope's init learns its command.
 pub enum Command<'a> {
@@ -70,13 +90,20 @@ pub fn bubblewrap(
     // Our copy of the read end goes with the command: bubblewrap sees EOF once we
     // have written everything.
     drop(c);
-    let mut options = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(options_write))?;
-    let bytes = nul_separated(&envelope.options);
-    // More than a pipe holds when the environment is large: written while bubblewrap reads.
-    tokio::spawn(async move {
-        let _ = options.write_all(&bytes).await;
-    });
+    let options = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(options_write))?;
+    write_arguments(options, &envelope.options);
     let group = child.id().unwrap_or(0);
     let command_pipe = child.stdin.take();
     Ok(Started { child, group, command_pipe })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_nul_separated() {
+        let args = vec![OsString::from("--setenv"), OsString::from("K"), OsString::from("v a l")];
+        assert_eq!(nul_separated(&args), b"--setenv\0K\0v a l\0");
+    }
 }

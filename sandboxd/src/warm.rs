@@ -21,12 +21,11 @@ use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use tokio::io::AsyncWriteExt;
 use tokio::process::Child;
 
 use crate::bwrap::BwrapCommand;
-use crate::launch::{kill_group, nul_separated};
-use crate::spawn::Started;
+use crate::launch::kill_group;
+use crate::spawn::{Started, write_arguments};
 
 /// What makes two envelopes the same.
 #[derive(Debug, PartialEq, Eq)]
@@ -101,14 +100,10 @@ impl Ready {
     /// Gives the envelope its command; the caller owns the process from here on.
     pub fn hand_off(self, argv: &[OsString]) -> (Child, u32) {
         let Started { child, group, command_pipe } = self.0;
-        let bytes = nul_separated(argv);
-        // Our init reads to the end, so the pipe closes when this is written; a command
-        // longer than a pipe holds is written while it reads. Without a pipe (never:
-        // Command::Later makes one) our init reads nothing and ends, and so the launch.
-        if let Some(mut pipe) = command_pipe {
-            tokio::spawn(async move {
-                let _ = pipe.write_all(&bytes).await;
-            });
+        // Our init reads to the end, which comes when this is written. Without a pipe
+        // (never: Command::Later makes one) it reads nothing and ends, and so the launch.
+        if let Some(pipe) = command_pipe {
+            write_arguments(pipe, argv);
         }
         (child, group)
     }

@@ -89,10 +89,7 @@ impl Sandboxd {
             .flatten()
             .filter_map(|e| {
                 let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-                // After the command name, which may hold spaces: state, then ppid.
-                let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-                let (state, ppid) = (fields.next()?, fields.next()?);
+                let (state, ppid) = state_and_parent(pid)?;
                 let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
                 let waiting = String::from_utf8_lossy(&cmdline).contains("--command-stdin");
                 (ppid == parent && state != "Z" && waiting).then_some(pid)
@@ -111,6 +108,19 @@ impl Drop for Sandboxd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A process's state letter and parent pid, from /proc/<pid>/stat.
+fn state_and_parent(pid: i32) -> Option<(String, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name, which may hold spaces: state, then ppid.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    Some((fields.next()?.to_owned(), fields.next()?.to_owned()))
+}
+
+/// Whether `pid` has exited (a zombie counts: it runs nothing).
+pub fn gone(pid: i32) -> bool {
+    state_and_parent(pid).is_none_or(|(state, _)| state == "Z")
 }
 
 /// A descriptor without close-on-exec, held for the life of the tests, so that every

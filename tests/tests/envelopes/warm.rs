@@ -2,20 +2,28 @@
 //! an envelope of its own, and one made before something changed is never used.
 
 use super::*;
-use cc_tests::sandbox::{eventually, run_argv};
+use cc_tests::sandbox::{Outcome, eventually, gone, run_argv};
 
 /// Our init's command line, as the launch's own `/proc/1/cmdline` shows it.
 const INIT_LINE: &str = "tr '\\0' ' ' < /proc/1/cmdline; echo";
 
-fn made_ahead(out: &cc_tests::sandbox::Outcome) -> bool {
+fn made_ahead(out: &Outcome) -> bool {
     out.stdout.lines().next().is_some_and(|init| init.starts_with("/run/cc/init") && init.contains("--command-stdin"))
 }
 
-fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
+/// The pid of the one envelope waiting for the run's next harness launch, once made.
+fn next_envelope(sbx: &Sandboxd) -> i32 {
+    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    sbx.waiting_envelopes()[0]
+}
+
+/// sandboxd with run "r1" registered, after one harness launch: the pid of the envelope
+/// made for the next.
+async fn native_with_one_waiting(w: &World) -> Option<(Sandboxd, Client, i32)> {
+    let (sbx, mut client) = native(w, &[]).await?;
+    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
+    let waiting = next_envelope(&sbx);
+    Some((sbx, client, waiting))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,10 +78,7 @@ async fn each_launch_gets_an_envelope_of_its_own_even_when_made_ahead() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_envelope_made_before_a_new_nested_repository_is_not_used() {
     let w = world();
-    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
-    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
-    eventually("the harness's next envelope is made", || sbx.waiting_envelopes().len() == 1);
-    let stale = sbx.waiting_envelopes()[0];
+    let Some((_sbx, mut client, stale)) = native_with_one_waiting(&w).await else { return };
     // The agent's own launch (Claude Code, overlay) makes a nested repository inside the
     // harness's working directory, whose hooks the waiting envelope does not protect.
     let made = run(&mut client, "r1", OVERLAY, &format!("cd {} && git init -q sub && echo made", q(&w.repo))).await;
@@ -99,9 +104,7 @@ async fn an_envelope_made_before_a_new_nested_repository_is_not_used() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protected_file_replaced_since_is_seen_as_it_is_now() {
     let w = world();
-    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
-    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
-    eventually("the harness's next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    let Some((_sbx, mut client, _)) = native_with_one_waiting(&w).await else { return };
     // `git config` as the person runs it: a new file renamed over the old one. The
     // waiting envelope holds the old one, bound read-only.
     let config = w.repo.join(".git/config");
@@ -131,9 +134,7 @@ async fn a_protected_file_replaced_since_is_seen_as_it_is_now() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinned_directory_replaced_from_outside_is_not_trusted() {
     let w = world();
-    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
-    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
-    eventually("the harness's next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    let Some((_sbx, mut client, _)) = native_with_one_waiting(&w).await else { return };
     // From outside, .git is swapped for a new directory holding the same files: each
     // file keeps its inode (and its read-only mount, which follows it), but .git itself
     // is no longer the directory pinned as a mount point in the waiting envelope.
@@ -184,17 +185,14 @@ async fn an_envelope_made_ahead_is_the_one_a_cold_launch_gets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_waiting_envelope_and_concurrent_launches_fall_back_to_envelopes_of_their_own() {
     let w = world();
-    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
-    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
-    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    let Some((sbx, mut client, waiting)) = native_with_one_waiting(&w).await else { return };
     // Killed from outside while it waits: the next launch notices and makes its own.
-    let waiting = sbx.waiting_envelopes()[0];
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting), nix::sys::signal::Signal::SIGKILL).unwrap();
     eventually("the killed envelope is gone", || gone(waiting));
     let out = run(&mut client, "r1", BASH, &format!("{INIT_LINE}; echo after")).await;
     assert_eq!(out.code(), Some(0), "{}", out.stderr);
     assert!(!made_ahead(&out) && out.stdout.ends_with("after\n"), "{}", out.stdout);
-    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
+    next_envelope(&sbx);
 
     // Four at once: one takes the waiting envelope, the others make their own (or take
     // one made when another of them ended). No two share one: each has its pid namespace.
@@ -226,17 +224,13 @@ async fn a_killed_waiting_envelope_and_concurrent_launches_fall_back_to_envelope
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registering_again_or_unregistering_kills_the_envelope_made_ahead() {
     let w = world();
-    let Some((sbx, mut client)) = native(&w, &[]).await else { return };
-    assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
-    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
-    let first = sbx.waiting_envelopes()[0];
+    let Some((sbx, mut client, first)) = native_with_one_waiting(&w).await else { return };
     client.register_run(policy(&w)).await.unwrap();
     eventually("the envelope made for the replaced policy is killed", || gone(first));
 
     let out = run(&mut client, "r1", BASH, &format!("{INIT_LINE}; true")).await;
     assert!(!made_ahead(&out), "a launch under the new policy used an envelope of the old: {}", out.stdout);
-    eventually("the next envelope is made", || sbx.waiting_envelopes().len() == 1);
-    let second = sbx.waiting_envelopes()[0];
+    let second = next_envelope(&sbx);
     let killed =
         client.unregister_run(pb::UnregisterRunRequest { run_id: "r1".into() }).await.unwrap().into_inner().killed;
     assert_eq!(killed, 0, "no launch was running: a waiting envelope is not counted");
