@@ -1,7 +1,7 @@
 //! The seccomp filter our init installs before it runs the workload (inherited by
 //! everything the workload starts). It refuses what would undo the envelope: new
 //! namespaces, the mount API, setns/pivot_root, ptrace, io_uring, AF_UNIX sockets
-//! (host services), keyrings, bpf, TIOCSTI. Everything else is allowed: the envelope's
+//! (host services) and AF_UNIX datagram pairs, keyrings, bpf, TIOCSTI. Everything else is allowed: the envelope's
 //! binds, not the filter, decide what a process may touch.
 
 use std::collections::BTreeMap;
@@ -78,6 +78,20 @@ fn flag_set(arg: u8, flag: u64) -> Result<SeccompRule, SeccompError> {
     )?])?)
 }
 
+/// `socketpair(AF_UNIX, SOCK_DGRAM | SOCK_SEQPACKET, …)`, whatever flags are or'ed
+/// into the type (`SOCK_CLOEXEC`, `SOCK_NONBLOCK` lie above its low four bits).
+fn unix_datagram_pairs() -> Result<Vec<SeccompRule>, SeccompError> {
+    [libc::SOCK_DGRAM, libc::SOCK_SEQPACKET]
+        .into_iter()
+        .map(|kind| {
+            Ok(SeccompRule::new(vec![
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::AF_UNIX as u64)?,
+                SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xf), kind as u64)?,
+            ])?)
+        })
+        .collect()
+}
+
 fn equals(arg: u8, value: u64) -> Result<SeccompRule, SeccompError> {
     Ok(SeccompRule::new(vec![SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)?])?)
 }
@@ -132,6 +146,10 @@ pub fn program_for(allow_unix: bool) -> Result<BpfProgram, SeccompError> {
         families.push(equals(0, libc::AF_UNIX as u64)?);
     }
     rules.insert(libc::SYS_socket, families);
+    // A datagram or seqpacket pair can `sendto` any socket bound by path, which is
+    // AF_UNIX by another door; stream pairs cannot, and libuv and others use them for
+    // a child's stdio, so they stay.
+    rules.insert(libc::SYS_socketpair, unix_datagram_pairs()?);
     // The ioctl constants' type differs between targets (u32 or u64).
     #[allow(clippy::unnecessary_cast)]
     let (tiocsti, tioclinux) = (libc::TIOCSTI as u64, libc::TIOCLINUX as u64);
@@ -202,6 +220,25 @@ mod tests {
             // And what the installing thread starts afterwards inherits both layers.
             let later = std::thread::spawn(|| UnixDatagram::unbound().map(|_| ()).map_err(|e| e.raw_os_error()));
             assert_eq!(later.join().unwrap(), Err(Some(libc::EPERM)));
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// socketpair's refusal reaches datagram and seqpacket pairs in every flag
+    /// spelling, and leaves stream pairs alone. On a thread of its own, as above.
+    #[test]
+    fn unix_datagram_pairs_are_refused_and_stream_pairs_kept() {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+        std::thread::spawn(|| {
+            nix::sys::prctl::set_no_new_privs().unwrap();
+            super::install(true).unwrap();
+            let pair = |kind, flags| socketpair(AddressFamily::Unix, kind, None, flags).map(|_| ());
+            for flags in [SockFlag::empty(), SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK] {
+                assert_eq!(pair(SockType::Datagram, flags), Err(nix::Error::EPERM));
+                assert_eq!(pair(SockType::SeqPacket, flags), Err(nix::Error::EPERM));
+                assert_eq!(pair(SockType::Stream, flags), Ok(()));
+            }
         })
         .join()
         .unwrap();
