@@ -100,6 +100,25 @@ pub fn status_field<'a>(status: &'a str, field: &str) -> Option<&'a str> {
     })
 }
 
+/// Closes every descriptor above stderr that this process inherited. A process that
+/// starts others calls it first thing, before it opens anything of its own (all of
+/// which is close-on-exec): a descriptor its parent leaked without close-on-exec would
+/// otherwise pass to every helper and, through them, towards agent code.
+pub fn close_inherited_descriptors() {
+    #[cfg(target_os = "linux")]
+    const OPEN: &str = "/proc/self/fd";
+    #[cfg(not(target_os = "linux"))]
+    const OPEN: &str = "/dev/fd";
+    // The listing's own descriptor is among them; it is closed by the time they are.
+    let inherited: Vec<i32> = match std::fs::read_dir(OPEN) {
+        Ok(entries) => entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect(),
+        Err(_) => return,
+    };
+    for fd in inherited.into_iter().filter(|fd| *fd > 2) {
+        let _ = nix::unistd::close(fd);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

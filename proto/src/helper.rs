@@ -83,6 +83,7 @@ where
         eprintln!("cc-{}: {message}", spec.name);
         ExitCode::from(2)
     };
+    hardening::close_inherited_descriptors();
     #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         return fail(format!("cannot make the process non-dumpable: {e}"));

@@ -36,6 +36,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before anything of ours is open: what our parent leaked stays with it.
+    cc_proto::hardening::close_inherited_descriptors();
     let args = Args::parse();
     logging::init(args.log_format, "info");
     // The supervisor holds every helper's secret: no same-uid process may ptrace it.

@@ -1,5 +1,6 @@
 //! The supervisor and its helpers, as real processes (issue 2).
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cc_tests::{Options, Supervisor, alive, all_events, bin, payload, privileged, wait_for_event};
@@ -316,4 +317,29 @@ fn every_helper_is_non_dumpable_as_the_kernel_sees_it() {
         let owner = std::fs::metadata(format!("/proc/{pid}/environ")).unwrap().uid();
         assert_eq!(owner, 0, "{name} is dumpable: its /proc entries belong to its own uid");
     }
+}
+
+/// Issue 16, item 5: a descriptor the supervisor's parent leaked (without close-on-exec)
+/// is closed by the supervisor before anything else, so that it reaches no helper, and
+/// through them no run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descriptor_leaked_by_the_parent_reaches_no_helper() {
+    let tmp = tempfile::tempdir().unwrap();
+    let canary = tmp.path().join("cc-stray-canary");
+    std::fs::write(&canary, "").unwrap();
+    // nix's open adds no O_CLOEXEC: the supervisor started below inherits it.
+    let leaked = nix::fcntl::open(&canary, nix::fcntl::OFlag::O_RDONLY, nix::sys::stat::Mode::empty()).unwrap();
+    let sup = Supervisor::start(Options::default());
+    sup.wait_ready();
+    let mut pids: Vec<(String, u32)> = sup.helper_pids();
+    pids.push(("supervisor".to_owned(), sup.child.id()));
+    for (name, pid) in pids {
+        let open: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .collect();
+        assert!(!open.contains(&canary), "{name} (pid {pid}) holds the leaked descriptor: {open:?}");
+    }
+    drop(leaked);
 }
