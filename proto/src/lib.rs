@@ -15,6 +15,7 @@ pub mod client;
 pub mod hardening;
 pub mod helper;
 pub mod logging;
+pub mod reasons;
 pub mod secret;
 pub mod socket;
 

@@ -15,6 +15,9 @@ pub const INIT_INSIDE: &str = "/run/cc/init";
 pub const RUNNER_INSIDE: &str = "/run/cc/runner";
 /// Where the run's bridge sockets are bound, `<port>.sock` each.
 pub const BRIDGES_INSIDE: &str = "/run/cc/bridges";
+/// The descriptor of the first path bound by descriptor (`--bind-fd`); the rest follow
+/// in order. 3 carries bubblewrap's options.
+pub const FIRST_BOUND_FD: i32 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -88,6 +91,11 @@ pub struct BwrapCommand {
     pub options: Vec<OsString>,
     pub init: Vec<OsString>,
     pub command: Vec<OsString>,
+    /// The paths inside the run's roots that the options bind by descriptor
+    /// (`--bind-fd N PATH`, `--ro-bind-fd N PATH`): the one at index i is to be opened,
+    /// without following any link, as descriptor [`FIRST_BOUND_FD`] + i. Each is bound
+    /// at its own path.
+    pub bound: Vec<PathBuf>,
 }
 
 impl BwrapCommand {
@@ -104,12 +112,24 @@ impl BwrapCommand {
 }
 
 impl Envelope<'_> {
+    /// The argv as `ccctl sandbox explain` prints it, ready to paste: every bind by
+    /// path, since the descriptors of a launch exist only in it.
     pub fn bwrap_args(&self) -> Vec<OsString> {
-        self.bwrap_command().argv()
+        self.bwrap_command_by_path().argv()
     }
 
+    /// What a launch runs: every path inside the run's roots bound by descriptor.
     pub fn bwrap_command(&self) -> BwrapCommand {
-        let mut a = Args::default();
+        self.build(true)
+    }
+
+    /// The same envelope with every bind by path, as an explanation shows it.
+    pub fn bwrap_command_by_path(&self) -> BwrapCommand {
+        self.build(false)
+    }
+
+    fn build(&self, by_descriptor: bool) -> BwrapCommand {
+        let mut a = Args { by_descriptor, ..Args::default() };
         a.flags(&[
             "--new-session",
             "--die-with-parent",
@@ -162,11 +182,14 @@ impl Envelope<'_> {
         for top in &skeletons {
             a.flag("--tmpfs").arg(top);
         }
+        // The roots and everything inside them are the agent's to write (or, read-only
+        // ones, inside the data directory): bound by descriptor, so that what is mounted
+        // is what was opened, with no link followed.
         for root in &writable {
-            a.bind("--bind", root, root);
+            a.bind_inside_roots(true, root);
         }
         for root in &readonly {
-            a.bind("--ro-bind", root, root);
+            a.bind_inside_roots(false, root);
         }
         let inside_writable = |p: &Path| writable.iter().any(|root| p.starts_with(root));
         let mut last: Vec<&PathBuf> = self.protected.iter().chain(&self.policy.write_deny).collect();
@@ -189,13 +212,13 @@ impl Envelope<'_> {
             }
         }
         for dir in &pinned {
-            a.bind("--bind", dir, dir);
+            a.bind_inside_roots(true, dir);
         }
         for path in last {
             // A path outside every writable root is not visible at all, which is
             // stronger than read-only; binding it would make it appear.
             if inside_writable(path) {
-                a.bind("--ro-bind", path, path);
+                a.bind_inside_roots(false, path);
             }
         }
         a.bind("--ro-bind", self.init, Path::new(INIT_INSIDE));
@@ -220,12 +243,17 @@ impl Envelope<'_> {
             // The runner serves its own socket, and nothing else: it needs AF_UNIX,
             // no bridges, and runs no command of the caller's.
             init.flag("--allow-unix");
-            return BwrapCommand { options: a.0, init: init.0, command: vec![RUNNER_INSIDE.into()] };
+            return BwrapCommand {
+                options: a.options,
+                init: init.options,
+                command: vec![RUNNER_INSIDE.into()],
+                bound: a.bound,
+            };
         }
         for port in self.policy.bridges.keys() {
             init.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}.sock"));
         }
-        BwrapCommand { options: a.0, init: init.0, command: self.argv.to_vec() }
+        BwrapCommand { options: a.options, init: init.options, command: self.argv.to_vec(), bound: a.bound }
     }
 }
 
@@ -244,22 +272,37 @@ fn tmp_skeletons<'a>(roots: impl Iterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
 }
 
 #[derive(Default)]
-struct Args(Vec<OsString>);
+struct Args {
+    options: Vec<OsString>,
+    by_descriptor: bool,
+    bound: Vec<PathBuf>,
+}
 
 impl Args {
     fn flag(&mut self, flag: &str) -> &mut Self {
-        self.0.push(flag.into());
+        self.options.push(flag.into());
         self
     }
     fn flags(&mut self, flags: &[&str]) {
-        self.0.extend(flags.iter().map(OsString::from));
+        self.options.extend(flags.iter().map(OsString::from));
     }
     fn arg(&mut self, arg: impl Into<OsString>) -> &mut Self {
-        self.0.push(arg.into());
+        self.options.push(arg.into());
         self
     }
     fn bind(&mut self, how: &str, from: &Path, to: &Path) {
         self.flag(how).arg(from).arg(to);
+    }
+    /// A path inside the run's roots, bound at itself: by descriptor for a launch, by
+    /// path for an explanation.
+    fn bind_inside_roots(&mut self, writable: bool, path: &Path) {
+        if self.by_descriptor {
+            let fd = FIRST_BOUND_FD + self.bound.len() as i32;
+            self.flag(if writable { "--bind-fd" } else { "--ro-bind-fd" }).arg(fd.to_string()).arg(path);
+            self.bound.push(path.to_owned());
+        } else {
+            self.bind(if writable { "--bind" } else { "--ro-bind" }, path, path);
+        }
     }
 }
 
@@ -338,6 +381,52 @@ mod tests {
         // Other kinds never bind the runner or its socket, nor allow AF_UNIX.
         let b = args(Kind::HarnessBash, &[]);
         assert!(!b.iter().any(|x| x.contains("/sock") || x == "--allow-unix" || x == RUNNER_INSIDE), "{b:?}");
+    }
+
+    /// A launch binds everything inside the roots by descriptor, numbered from
+    /// FIRST_BOUND_FD in the order of `bound`, and nothing inside them by path; the
+    /// explanation shows the same binds by path.
+    #[test]
+    fn a_launch_binds_what_is_inside_the_roots_by_descriptor() {
+        let (p, v, env) = (policy(), view(), BTreeMap::new());
+        let hooks = PathBuf::from("/d/conversations/c1/repos/demo/.git/hooks");
+        let argv = vec![OsString::from("true")];
+        let e = Envelope {
+            policy: &p,
+            kind: Kind::Overlay,
+            system: &v,
+            protected: std::slice::from_ref(&hooks),
+            init: Path::new("/i"),
+            runner: Path::new("/r"),
+            data_dir: Some(Path::new("/d")),
+            env: &env,
+            argv: &argv,
+        };
+        let command = e.bwrap_command();
+        let a: Vec<String> = command.options.iter().map(|x| x.to_str().unwrap().to_owned()).collect();
+        assert!(!a.iter().any(|x| x == "--bind"), "{a:?}");
+        assert!(!a.windows(2).any(|w| w[0] == "--ro-bind" && w[1].starts_with("/d/")), "{a:?}");
+        for (i, path) in command.bound.iter().enumerate() {
+            let fd = (FIRST_BOUND_FD + i as i32).to_string();
+            let at = a.iter().position(|x| *x == fd).unwrap_or_else(|| panic!("{fd} missing: {a:?}"));
+            assert!(a[at - 1] == "--bind-fd" || a[at - 1] == "--ro-bind-fd");
+            assert_eq!(a[at + 1], path.to_str().unwrap());
+        }
+        assert!(
+            position(
+                &a,
+                &[
+                    "--ro-bind-fd",
+                    &(FIRST_BOUND_FD + command.bound.iter().position(|b| *b == hooks).unwrap() as i32).to_string(),
+                    hooks.to_str().unwrap()
+                ]
+            )
+            .is_some()
+        );
+        assert!(command.bound.iter().all(|b| b.starts_with("/d/conversations/c1")), "{:?}", command.bound);
+        let explained: Vec<String> = e.bwrap_args().into_iter().map(|x| x.into_string().unwrap()).collect();
+        assert!(position(&explained, &["--ro-bind", hooks.to_str().unwrap(), hooks.to_str().unwrap()]).is_some());
+        assert!(!explained.iter().any(|x| x.ends_with("-fd")));
     }
 
     #[test]

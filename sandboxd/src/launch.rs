@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cc_proto::reasons;
 use cc_proto::sandboxd::v1 as pb;
 use cc_proto::sandboxd::v1::launch_event::Event;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -128,9 +129,10 @@ pub struct Launcher {
 
 /// How a launch is wrapped, computed off the runtime's threads (it reads the disk).
 enum Wrapping {
-    /// On Linux, with what a waiting envelope must match to serve it.
+    /// On Linux, with what a waiting envelope must match to serve it, and the
+    /// descriptors of the paths it binds by descriptor.
     #[cfg_attr(target_os = "macos", allow(dead_code))]
-    Bubblewrap(BwrapCommand, WarmKey),
+    Bubblewrap(BwrapCommand, WarmKey, Vec<std::os::fd::OwnedFd>),
     /// On macOS: sandbox-exec's arguments, the command last.
     #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
     SandboxExec(Vec<OsString>),
@@ -222,8 +224,18 @@ impl Launcher {
     /// missing if `create`.
     fn protected(&self, p: &Prepared, create: bool) -> Result<Vec<PathBuf>, Status> {
         let (writable, _) = bwrap::roots(&p.policy, p.kind);
-        protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create)
-            .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))
+        protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create).map_err(|e| {
+            let message = format!("refusing to launch: {e}");
+            match &e {
+                protect::ProtectError::Link { path, .. } => reasons::refusal(
+                    tonic::Code::FailedPrecondition,
+                    message,
+                    reasons::LINK_IN_ROOT,
+                    &[("path", path.to_string_lossy().into_owned())],
+                ),
+                protect::ProtectError::Root { .. } => Status::failed_precondition(message),
+            }
+        })
     }
 
     fn wrapping(&self, p: &Prepared) -> Result<Wrapping, Status> {
@@ -237,14 +249,16 @@ impl Launcher {
         #[cfg(not(target_os = "macos"))]
         {
             let protected = self.protected(p, true)?;
-            let envelope = self.bwrap_command(p, &protected, &self.runner);
-            let key = WarmKey::new(&envelope, service_user(&p.policy));
-            Ok(Wrapping::Bubblewrap(envelope, key))
+            let envelope = self.bwrap_command(p, &protected, &self.runner, true);
+            let bound = open_bound(&p.policy, &envelope)?;
+            let key = WarmKey::new(&envelope, service_user(&p.policy), &bound);
+            Ok(Wrapping::Bubblewrap(envelope, key, bound))
         }
     }
 
     /// The envelope program's arguments: bubblewrap's options and our init on Linux,
-    /// the SBPL profile for sandbox-exec on macOS; the command last.
+    /// every bind by path (an explanation), the SBPL profile for sandbox-exec on
+    /// macOS; the command last.
     fn envelope_args(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
         let protected = self.protected(p, create)?;
         #[cfg(target_os = "macos")]
@@ -255,18 +269,20 @@ impl Launcher {
                 .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))
         }
         #[cfg(not(target_os = "macos"))]
-        Ok(self.bwrap_command(p, &protected, runner).argv())
+        Ok(self.bwrap_command(p, protected.as_slice(), runner, false).argv())
     }
 
+    /// `by_descriptor`: as a launch runs it ([`bwrap::BwrapCommand::bound`]), or every
+    /// bind by path, as an explanation shows it.
     #[cfg(not(target_os = "macos"))]
-    fn bwrap_command(&self, p: &Prepared, protected: &[PathBuf], runner: &Path) -> BwrapCommand {
+    fn bwrap_command(&self, p: &Prepared, protected: &[PathBuf], runner: &Path, by_descriptor: bool) -> BwrapCommand {
         use crate::bwrap::Envelope;
         use crate::system::Reader;
         let reader = match service_user(&p.policy) {
             Some((uid, gid)) => Reader::User { uid, gid },
             None => Reader::Ourselves,
         };
-        Envelope {
+        let envelope = Envelope {
             policy: &p.policy,
             kind: p.kind,
             system: &self.system.for_reader(reader),
@@ -276,8 +292,8 @@ impl Launcher {
             env: &p.env,
             argv: &p.argv,
             data_dir: Some(&self.data_dir),
-        }
-        .bwrap_command()
+        };
+        if by_descriptor { envelope.bwrap_command() } else { envelope.bwrap_command_by_path() }
     }
 
     pub fn explain(&self, request: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
@@ -293,6 +309,7 @@ impl Launcher {
             },
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: p.env.into_iter().collect(),
+            bound: vec![],
         })
     }
 
@@ -303,21 +320,33 @@ impl Launcher {
         Ok(all)
     }
 
-    /// The runner's envelope, to be executed by the supervisor (see the proto). Its
+    /// The runner's envelope, to be executed by the supervisor (see the proto): the
+    /// paths inside the roots bound by descriptors that the supervisor opens. Its
     /// vectors are created as for a launch, because this argv is run.
     pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::ExplainResponse, Status> {
         let p = self.prepare(run_id, pb::DispatchKind::Runner as i32, &[])?;
         // On macOS the runner starts unwrapped: the supervisor's check that the socket
         // is served from inside the envelope walks /proc, which macOS does not have.
-        let native = self.probe.backend == Backend::Native && cfg!(target_os = "linux");
-        let (backend, argv) = match native {
-            true => (pb::Backend::Native, self.full_argv(&p, true, program.unwrap_or(&self.runner))?),
-            false => (pb::Backend::None, vec![]),
-        };
+        #[cfg(target_os = "linux")]
+        if self.probe.backend == Backend::Native {
+            let protected = self.protected(&p, true)?;
+            let command = self.bwrap_command(&p, &protected, program.unwrap_or(&self.runner), true);
+            let bound = command.bound.iter().map(|b| b.as_os_str().as_bytes().to_vec()).collect();
+            let mut argv = vec![self.program()?.as_os_str().as_bytes().to_vec()];
+            argv.extend(command.argv().iter().map(|a| a.as_bytes().to_vec()));
+            return Ok(pb::ExplainResponse {
+                backend: pb::Backend::Native as i32,
+                argv,
+                env: p.env.into_iter().collect(),
+                bound,
+            });
+        }
+        let _ = program;
         Ok(pb::ExplainResponse {
-            backend: backend as i32,
-            argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            backend: pb::Backend::None as i32,
+            argv: vec![],
             env: p.env.into_iter().collect(),
+            bound: vec![],
         })
     }
 
@@ -348,7 +377,7 @@ impl Launcher {
         // unregistration from then on kills it; one served ahead is counted before its
         // command is given.
         let (mut child, group) = match wrapping {
-            Wrapping::Bubblewrap(envelope, key) => {
+            Wrapping::Bubblewrap(envelope, key, bound) => {
                 let warm = match self.runs.take_warm(&run_id, p.kind) {
                     Some(made) => tokio::time::timeout(WARM_WAIT, made).await.ok().and_then(Result::ok),
                     None => None,
@@ -361,7 +390,8 @@ impl Launcher {
                     }
                     None => {
                         let command = spawn::Command::Now(&envelope.command);
-                        let s = spawn::bubblewrap(self.program()?, &envelope, command, service_user(&p.policy))
+                        let user = service_user(&p.policy);
+                        let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user)
                             .map_err(cannot_start)?;
                         self.runs.add_or_refuse(&run_id, s.group)?;
                         (s.child, s.group)
@@ -495,18 +525,36 @@ impl Launcher {
             })
             .await
         };
-        let Ok(Ok((p, Wrapping::Bubblewrap(envelope, key)))) = made else { return };
+        let Ok(Ok((p, Wrapping::Bubblewrap(envelope, key, bound)))) = made else { return };
         let Ok(program) = self.program() else { return };
         if !Arc::ptr_eq(&p.policy, &policy) || sender.is_closed() {
             return;
         }
         // Here, on a runtime thread, not in the blocking closure: see spawn::bubblewrap.
-        match spawn::bubblewrap(program, &envelope, spawn::Command::Later, service_user(&p.policy)) {
+        match spawn::bubblewrap(program, &envelope, bound, spawn::Command::Later, service_user(&p.policy)) {
             // Unwanted by now, it comes back and is killed.
             Ok(started) => drop(sender.send(Warm::new(key, started))),
             Err(e) => tracing::debug!(run = %short(&run_id), error = %e, "cannot make the next envelope"),
         }
     }
+}
+
+/// The descriptors of what `envelope` binds by descriptor, opened beneath the run's
+/// registered roots with no link followed ([`crate::beneath::open_bound`]).
+#[cfg(target_os = "linux")]
+fn open_bound(policy: &RunPolicy, envelope: &BwrapCommand) -> Result<Vec<std::os::fd::OwnedFd>, Status> {
+    crate::beneath::open_bound(&policy.identities, &envelope.bound).map_err(|e| {
+        let message = format!("refusing to launch: {e}");
+        match &e {
+            crate::beneath::BindError::Link { path } => reasons::refusal(
+                tonic::Code::FailedPrecondition,
+                message,
+                reasons::LINK_IN_ROOT,
+                &[("path", path.to_string_lossy().into_owned())],
+            ),
+            _ => Status::failed_precondition(message),
+        }
+    })
 }
 
 fn cannot_start(e: std::io::Error) -> Status {

@@ -4,6 +4,7 @@
 //! ([`environment`]), and reports what the envelope refused ([`violations`]).
 #![forbid(unsafe_code)]
 
+pub mod beneath;
 pub mod bwrap;
 pub mod environment;
 #[cfg(target_os = "linux")]

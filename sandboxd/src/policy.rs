@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use cc_proto::sandboxd::v1 as pb;
 
+use crate::beneath::Identity;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunPolicy {
     pub run_id: String,
@@ -69,27 +71,33 @@ fn path_of(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyE
     Ok(Some(path.to_owned()))
 }
 
-/// A root that will be bound: it must exist, be a directory, and be its own resolved
-/// path (so that a symlink can never point a bind somewhere else).
-fn bind_root(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyError> {
+/// A root that will be bound: a directory reached with no link anywhere on its path
+/// (so that a symlink can never point a bind somewhere else), and its device and inode.
+/// Opened by handle, one component at a time: a root may lie inside another that the
+/// agent writes (the working directory inside `repos/`).
+fn bind_root(field: &'static str, bytes: &[u8]) -> Result<Option<(PathBuf, Identity)>, PolicyError> {
+    use nix::errno::Errno;
     let Some(path) = path_of(field, bytes)? else { return Ok(None) };
-    let resolved = std::fs::canonicalize(&path).map_err(|e| PolicyError::Unresolvable {
-        field,
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    if resolved != path {
-        return Err(PolicyError::CrossesSymlink { field, path, resolved });
+    match crate::beneath::open_dir_no_links(&path) {
+        Ok(dir) => {
+            let id = crate::beneath::identity(&dir)
+                .ok_or_else(|| PolicyError::NotADirectory { field, path: path.clone() })?;
+            Ok(Some((path, id)))
+        }
+        Err(Errno::ELOOP | Errno::EINVAL) => {
+            // Only to say where it leads; nothing is opened through it.
+            let resolved = std::fs::canonicalize(&path).unwrap_or_default();
+            Err(PolicyError::CrossesSymlink { field, path, resolved })
+        }
+        Err(Errno::ENOTDIR) if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_symlink()) => {
+            Err(PolicyError::NotADirectory { field, path })
+        }
+        Err(Errno::ENOTDIR) => {
+            let resolved = std::fs::canonicalize(&path).unwrap_or_default();
+            Err(PolicyError::CrossesSymlink { field, path, resolved })
+        }
+        Err(e) => Err(PolicyError::Unresolvable { field, path, reason: e.desc().to_owned() }),
     }
-    if !resolved.is_dir() {
-        return Err(PolicyError::NotADirectory { field, path });
-    }
-    Ok(Some(resolved))
-}
-
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).ok().filter(|m| m.is_dir()).map(|m| (m.dev(), m.ino()))
 }
 
 impl RunPolicy {
@@ -127,54 +135,39 @@ impl RunPolicy {
                 return Err(PolicyError::BadPort(bridge.port));
             }
         }
-        let policy = Self {
+        let mut identities = Vec::new();
+        let mut root = |field: &'static str, bytes: &[u8]| -> Result<Option<PathBuf>, PolicyError> {
+            let Some((path, id)) = bind_root(field, bytes)? else { return Ok(None) };
+            // Strictly inside: the data directory itself holds state.db and the sockets.
+            if !path.starts_with(data_dir) || path == data_dir {
+                return Err(PolicyError::OutsideDataDir { field, path, data_dir: data_dir.to_owned() });
+            }
+            identities.push((path.clone(), id));
+            Ok(Some(path))
+        };
+        let work_dir = root("work_dir", &p.work_dir)?.ok_or(PolicyError::NoWorkDir)?;
+        Ok(Self {
             run_id: p.run_id.clone(),
             bridges,
-            agent_work: bind_root("agent_work", &p.agent_work)?,
-            agent_config: bind_root("agent_config", &p.agent_config)?,
-            repos: bind_root("repos", &p.repos)?,
-            attachments: bind_root("attachments", &p.attachments)?,
-            runner_socket_dir: bind_root("runner_socket_dir", &p.runner_socket_dir)?,
-            work_dir: bind_root("work_dir", &p.work_dir)?.ok_or(PolicyError::NoWorkDir)?,
+            agent_work: root("agent_work", &p.agent_work)?,
+            agent_config: root("agent_config", &p.agent_config)?,
+            repos: root("repos", &p.repos)?,
+            attachments: root("attachments", &p.attachments)?,
+            runner_socket_dir: root("runner_socket_dir", &p.runner_socket_dir)?,
+            work_dir,
             write_deny,
             env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            identities: vec![],
-        };
-        let mut identities = Vec::new();
-        for (field, root) in policy.roots() {
-            // Strictly inside: the data directory itself holds state.db and the sockets.
-            if !root.starts_with(data_dir) || root == data_dir {
-                return Err(PolicyError::OutsideDataDir { field, path: root.clone(), data_dir: data_dir.to_owned() });
-            }
-            let id = identity(root).ok_or_else(|| PolicyError::NotADirectory { field, path: root.clone() })?;
-            identities.push((root.clone(), id));
-        }
-        Ok(Self { identities, ..policy })
-    }
-
-    fn roots(&self) -> Vec<(&'static str, &PathBuf)> {
-        let mut roots = vec![("work_dir", &self.work_dir)];
-        for (field, root) in [
-            ("agent_work", &self.agent_work),
-            ("agent_config", &self.agent_config),
-            ("repos", &self.repos),
-            ("attachments", &self.attachments),
-            ("runner_socket_dir", &self.runner_socket_dir),
-        ] {
-            if let Some(r) = root {
-                roots.push((field, r));
-            }
-        }
-        roots
+            identities,
+        })
     }
 
     /// Before every launch: each root is still the directory that was registered, with
-    /// no symlink on its path. (What remains is the instant between this check and the
-    /// bind; binding by file descriptor would close it.)
+    /// no symlink on its path. (A launch binds the descriptors it opens then, checked
+    /// again the same way, so nothing can change between the check and the bind.)
     pub fn verify(&self) -> Result<(), PolicyError> {
         for (path, id) in &self.identities {
-            let same = std::fs::canonicalize(path).is_ok_and(|c| &c == path) && identity(path) == Some(*id);
-            if !same {
+            let dir = crate::beneath::open_dir_no_links(path);
+            if dir.ok().and_then(|d| crate::beneath::identity(&d)) != Some(*id) {
                 return Err(PolicyError::Changed { path: path.clone() });
             }
         }

@@ -14,7 +14,7 @@ use command_fds::{CommandFdExt, FdMapping};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 
-use crate::bwrap::BwrapCommand;
+use crate::bwrap::{BwrapCommand, FIRST_BOUND_FD};
 
 /// The descriptor bubblewrap reads its options from.
 const OPTIONS_FD: i32 = 3;
@@ -58,15 +58,20 @@ pub struct Started {
 }
 
 /// Starts `program` (bubblewrap) with `envelope`'s options and init, as `user` when
-/// sandboxd is root. Must be called on one of the runtime's own threads, not a
+/// sandboxd is root, with `bound` (the descriptors of `envelope.bound`, in order) as
+/// descriptors [`FIRST_BOUND_FD`] onwards. Must be called on one of the runtime's own threads, not a
 /// blocking one: bubblewrap's `--die-with-parent` follows the thread that forked it,
 /// and the blocking pool ends idle threads.
 pub fn bubblewrap(
     program: &Path,
     envelope: &BwrapCommand,
+    bound: Vec<OwnedFd>,
     command: Command<'_>,
     user: Option<(u32, u32)>,
 ) -> std::io::Result<Started> {
+    if bound.len() != envelope.bound.len() {
+        return Err(std::io::Error::other("a descriptor for every path bound by descriptor is needed"));
+    }
     let (options_read, options_write) = std::io::pipe()?;
     let mut c = tokio::process::Command::new(program);
     c.args(["--args", "3", "--"]).args(&envelope.init);
@@ -75,8 +80,10 @@ pub fn bubblewrap(
         Command::Now(argv) => c.arg("--").args(argv),
         Command::Later => c.arg("--command-stdin"),
     };
-    c.fd_mappings(vec![FdMapping { parent_fd: OwnedFd::from(options_read), child_fd: OPTIONS_FD }])
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut mappings = vec![FdMapping { parent_fd: OwnedFd::from(options_read), child_fd: OPTIONS_FD }];
+    mappings
+        .extend(bound.into_iter().zip(FIRST_BOUND_FD..).map(|(parent_fd, child_fd)| FdMapping { parent_fd, child_fd }));
+    c.fd_mappings(mappings).map_err(|e| std::io::Error::other(e.to_string()))?;
     // bubblewrap sets the environment and the directory inside (--setenv, --chdir).
     c.env_clear();
     // As root, every launch runs as the run's unprivileged user (bubblewrap then
@@ -87,8 +94,8 @@ pub fn bubblewrap(
     let stdin = if later { Stdio::piped() } else { Stdio::null() };
     c.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
     let mut child = c.spawn()?;
-    // Our copy of the read end goes with the command: bubblewrap sees EOF once we
-    // have written everything.
+    // Our copies of the read end and of the bound descriptors go with the command:
+    // bubblewrap sees EOF once we have written everything.
     drop(c);
     let options = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(options_write))?;
     write_arguments(options, &envelope.options);

@@ -18,6 +18,7 @@
 //! mount point, which they can neither rename nor remove.
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -34,25 +35,33 @@ pub struct WarmKey {
     init: Vec<OsString>,
     /// Who it runs as (sandboxd as root launches as the owner of the run's files).
     user: Option<(u32, u32)>,
-    /// Device and inode, as the host sees them now, of every absolute path among
-    /// bubblewrap's options: every bind's source and mount point, the masks over
-    /// secrets, the directories pinned, our init's binary, the bridges' sockets. When a
-    /// path something is mounted on is unlinked or renamed over in another mount
-    /// namespace (the person's `git config` renames a new .git/config over the old),
-    /// the kernel detaches that mount in the waiting envelope: the new inode is what
-    /// tells. Zeros where nothing is.
+    /// Device and inode, as the host sees them now, of everything the options mount:
+    /// the descriptors of every path inside the roots (what a launch binds), then every
+    /// other absolute path among bubblewrap's options (the system view, the masks over
+    /// secrets, our init's binary, the bridges' sockets). When a path something is
+    /// mounted on is unlinked or renamed over in another mount namespace (the person's
+    /// `git config` renames a new .git/config over the old), the kernel detaches that
+    /// mount in the waiting envelope: the new inode is what tells. Zeros where nothing
+    /// is.
     identities: Vec<(u64, u64)>,
 }
 
 impl WarmKey {
-    pub fn new(envelope: &BwrapCommand, user: Option<(u32, u32)>) -> Self {
+    /// `bound`: the descriptors of `envelope.bound`, opened for this launch. The paths
+    /// inside the roots are the agent's and are never looked up by path here: the
+    /// descriptors say what they are.
+    pub fn new(envelope: &BwrapCommand, user: Option<(u32, u32)>, bound: &[OwnedFd]) -> Self {
         use std::os::unix::ffi::OsStrExt;
-        let identities = envelope
-            .options
-            .iter()
-            .filter(|a| a.as_bytes().first() == Some(&b'/'))
-            .map(|path| std::fs::symlink_metadata(Path::new(path)).map(|m| (m.dev(), m.ino())).unwrap_or((0, 0)))
-            .collect();
+        let mut identities: Vec<(u64, u64)> =
+            bound.iter().map(|fd| crate::beneath::identity(fd).unwrap_or((0, 0))).collect();
+        identities.extend(
+            envelope
+                .options
+                .iter()
+                .filter(|a| a.as_bytes().first() == Some(&b'/'))
+                .filter(|a| !envelope.bound.iter().any(|b| b.as_os_str() == *a))
+                .map(|path| std::fs::symlink_metadata(Path::new(path)).map(|m| (m.dev(), m.ino())).unwrap_or((0, 0))),
+        );
         Self { options: envelope.options.clone(), init: envelope.init.clone(), user, identities }
     }
 }
@@ -130,6 +139,7 @@ mod tests {
                 .to_vec(),
             init: vec!["/run/cc/init".into()],
             command: vec!["true".into()],
+            bound: vec![],
         }
     }
 
@@ -138,23 +148,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config");
         std::fs::write(&config, "old").unwrap();
-        let key = WarmKey::new(&envelope(&config), None);
-        assert_eq!(key, WarmKey::new(&envelope(&config), None), "nothing changed");
+        let key = WarmKey::new(&envelope(&config), None, &[]);
+        assert_eq!(key, WarmKey::new(&envelope(&config), None, &[]), "nothing changed");
         // The command is not part of it; who runs it is.
         let mut other_command = envelope(&config);
         other_command.command = vec!["false".into()];
-        assert_eq!(key, WarmKey::new(&other_command, None));
-        assert_ne!(key, WarmKey::new(&envelope(&config), Some((65534, 65534))));
+        assert_eq!(key, WarmKey::new(&other_command, None, &[]));
+        assert_ne!(key, WarmKey::new(&envelope(&config), Some((65534, 65534)), &[]));
         // Written in place: the same file, and the mount on it holds.
         std::fs::write(&config, "in place").unwrap();
-        assert_eq!(key, WarmKey::new(&envelope(&config), None));
+        assert_eq!(key, WarmKey::new(&envelope(&config), None, &[]));
         // Renamed over, as git does: the mount on the old one is gone in other namespaces.
         std::fs::write(dir.path().join("config.lock"), "new").unwrap();
         std::fs::rename(dir.path().join("config.lock"), &config).unwrap();
-        assert_ne!(key, WarmKey::new(&envelope(&config), None));
+        assert_ne!(key, WarmKey::new(&envelope(&config), None, &[]));
         // Gone altogether.
-        let before = WarmKey::new(&envelope(&config), None);
+        let before = WarmKey::new(&envelope(&config), None, &[]);
         std::fs::remove_file(&config).unwrap();
-        assert_ne!(before, WarmKey::new(&envelope(&config), None));
+        assert_ne!(before, WarmKey::new(&envelope(&config), None, &[]));
     }
 }

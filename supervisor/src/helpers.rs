@@ -410,12 +410,13 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFail
         options: launch.options.clone(),
     };
     let timeouts = (env.policy.ready_timeout(), env.policy.stop_timeout());
-    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.name, None).await
+    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.name, None, vec![]).await
 }
 
 /// Spawns a helper-protocol process (a helper or a run's runner): it says HELLO, gets
 /// `bootstrap` on stdin, and must say READY within `ready`; `stop` is the grace a
-/// failed start gets before SIGKILL.
+/// failed start gets before SIGKILL. `bound`: descriptors it gets as 4, 5, … (what a
+/// runner's envelope binds by descriptor); nothing else but its stdio passes.
 pub(crate) async fn start_process(
     program: &std::path::Path,
     args: &[String],
@@ -423,8 +424,19 @@ pub(crate) async fn start_process(
     (ready, stop): (Duration, Duration),
     name: &'static str,
     user: Option<(u32, u32)>,
+    bound: Vec<std::os::fd::OwnedFd>,
 ) -> Result<Child, LaunchFailure> {
     let mut command = Command::new(program);
+    if !bound.is_empty() {
+        use command_fds::{CommandFdExt, FdMapping};
+        let first = cc_sandboxd::bwrap::FIRST_BOUND_FD;
+        let mappings = bound.into_iter().zip(first..).map(|(parent_fd, child_fd)| FdMapping { parent_fd, child_fd });
+        command.fd_mappings(mappings.collect()).map_err(|e| LaunchFailure {
+            pid: None,
+            status: None,
+            message: format!("cannot pass descriptors to {}: {e}", program.display()),
+        })?;
+    }
     if let Some((uid, gid)) = user {
         command.uid(uid).gid(gid).current_dir("/");
     }

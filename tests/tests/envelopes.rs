@@ -9,6 +9,8 @@ use cc_proto::sandboxd::v1 as pb;
 use cc_tests::fs::{make_checkout, snapshot};
 use cc_tests::sandbox::{Client, Sandboxd, bytes, run};
 
+#[path = "envelopes/links.rs"]
+mod links;
 #[path = "envelopes/warm.rs"]
 mod warm;
 
@@ -746,4 +748,43 @@ async fn the_bridges_cannot_be_taken_over() {
     assert!(!out.stdout.contains("WROTE") && !out.stdout.contains("READ"), "{}", out.stdout);
     // The init itself runs filtered (the layer that keeps AF_UNIX), never unfiltered.
     assert!(out.stdout.contains("Seccomp:\t2") && out.stdout.contains("NoNewPrivs:\t1"), "{}", out.stdout);
+}
+
+/// Issue 16, item 4 (ATTACKS.md 47): AF_UNIX by another door. A host process binds a
+/// datagram socket inside the worktree; a datagram or seqpacket `socketpair` inside the
+/// envelope, which could `sendto` it by path, is refused, and nothing arrives. Stream
+/// pairs, which cannot address anyone, still work (libuv uses them for child stdio).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socketpair_datagrams_are_refused_and_stream_pairs_kept() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let host_socket = w.repo.join("host-dgram.sock");
+    let listener = std::os::unix::net::UnixDatagram::bind(&host_socket).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::os::unix::fs::chown(&host_socket, Some(65534), Some(65534)).unwrap();
+    let script = format!(
+        "import socket\n\
+         for kind, name in ((socket.SOCK_DGRAM, 'dgram'), (socket.SOCK_SEQPACKET, 'seqpacket')):\n\
+         \x20   try:\n\
+         \x20       a, b = socket.socketpair(socket.AF_UNIX, kind)\n\
+         \x20       a.sendto(b'escaped', {path:?})\n\
+         \x20       print(name, 'SENT')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(name, 'errno', e.errno)\n\
+         a, b = socket.socketpair()\n\
+         a.sendall(b'ping'); print('stream', b.recv(4).decode())\n",
+        path = host_socket.to_str().unwrap()
+    );
+    let out = cc_tests::sandbox::run_argv(
+        &mut client,
+        "r1",
+        BASH,
+        vec![b"python3".to_vec(), b"-c".to_vec(), script.into_bytes()],
+    )
+    .await;
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("dgram errno 1") && out.stdout.contains("seqpacket errno 1"), "{}", out.stdout);
+    assert!(out.stdout.contains("stream ping"), "{}", out.stdout);
+    let mut buf = [0u8; 16];
+    assert!(listener.recv(&mut buf).is_err(), "a datagram reached the host socket");
 }

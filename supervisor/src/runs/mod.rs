@@ -201,6 +201,29 @@ fn hand_to_service_user(data: &DataDir, conversation: &str) -> std::io::Result<(
     Ok(())
 }
 
+/// The descriptors the runner's envelope binds (`--bind-fd`), each opened with no link
+/// anywhere on its path: the run's directories are the agent's to write, and we may be
+/// root. bubblewrap mounts exactly these or refuses to start.
+async fn open_bound(paths: &[Vec<u8>]) -> Result<Vec<std::os::fd::OwnedFd>, Status> {
+    use std::os::unix::ffi::OsStrExt;
+    let paths: Vec<PathBuf> = paths.iter().map(|p| Path::new(std::ffi::OsStr::from_bytes(p)).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        paths
+            .iter()
+            .map(|path| {
+                cc_sandboxd::beneath::open_no_links(path).map_err(|e| {
+                    Status::failed_precondition(format!(
+                        "cannot start the run's runner: {} cannot be opened without following a link ({e})",
+                        path.display()
+                    ))
+                })
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| Status::internal(e.to_string()))?
+}
+
 /// The runner's socket directory, 0700: made if missing; if there, it must be a real
 /// directory of ours or (under root, from an earlier run) the service user's.
 fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
@@ -451,6 +474,7 @@ impl RunManager {
             sb::RunnerEnvelopeRequest { run_id: id.to_owned(), runner_program: path_bytes(&self.env.runner_program) };
         let envelope = sandboxd.runner_envelope(request).await?.into_inner();
         let enveloped = envelope.backend == sb::Backend::Native as i32 && !envelope.argv.is_empty();
+        let bound = open_bound(&envelope.bound).await?;
         let (program, args) =
             if enveloped {
                 let argv: Vec<String> =
@@ -485,7 +509,7 @@ impl RunManager {
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
         let user = nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED);
-        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", user)
+        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", user, bound)
             .await
             .map_err(|f| Status::unavailable(format!("the run's runner did not start: {}", f.message)))?;
         let child_pid = child.id().unwrap_or(0);

@@ -205,10 +205,25 @@ impl RunManager {
             argv: vec![b"bash".to_vec(), b"-c".to_vec(), call.command.into_bytes()],
             timeout_seconds: timeout,
         };
-        let mut launched = sandboxd.launch(request).await?.into_inner();
-        let (tx, rx) = mpsc::channel(64);
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);
+        let mut launched = match sandboxd.launch(request).await {
+            Ok(launched) => launched.into_inner(),
+            Err(status) => {
+                // A link planted where sandboxd would have had to follow it: the agent's
+                // doing, and a violation the run's events must show.
+                if let Some((reason, metadata)) = cc_proto::reasons::reason_of(&status)
+                    && reason == cc_proto::reasons::LINK_IN_ROOT
+                {
+                    let attempted = metadata.get("path").cloned().unwrap_or_default();
+                    let blocked_by = "sandboxd: a link inside the run's roots, never followed";
+                    let payload = json!({ "attempted": attempted, "blocked_by": blocked_by, "tool": "bash" });
+                    events.record("sandbox_violation", &subject, payload);
+                }
+                return Err(status);
+            }
+        };
+        let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             let send = |event| {
                 let tx = tx.clone();
