@@ -306,10 +306,14 @@ impl Conversations {
                     let mode = if backend == Backend::Reflink { CloneMode::Reflink } else { CloneMode::Copy };
                     worktree::clone_tree(&repo.resolved_path, &target, mode, &on_tree).map_err(provision_err)?;
                     worktree::verify_clone(&target).map_err(provision_err)?;
+                    give_to_service_user(repos_dir, &repo.name).map_err(provision_err)?;
                     None
                 }
                 Backend::GitWorktree => {
-                    Some(worktree::add_worktree(&repo.resolved_path, &target, id, &repo.name).map_err(provision_err)?)
+                    let branch =
+                        worktree::add_worktree(&repo.resolved_path, &target, id, &repo.name).map_err(provision_err)?;
+                    give_to_service_user(repos_dir, &repo.name).map_err(provision_err)?;
+                    Some(branch)
                 }
             };
             tracing::info!(
@@ -462,6 +466,21 @@ fn undo(dir: &Path, id: &str, backend: Backend, repos: impl IntoIterator<Item = 
 
 fn now() -> i64 {
     unix_ms(SystemTime::now())
+}
+
+/// As root, a copy is given to the unprivileged service user that every launch of its
+/// agents runs as (sandboxd launches as the owner of the working directory), once it is
+/// made and verified (git refuses to open a repository of someone else's) and before
+/// any agent process exists: nothing privileged ever walks it once an agent can write
+/// it. The walk follows no link all the same ([`worktree::give_tree`]).
+fn give_to_service_user(repos_dir: &Path, name: &str) -> Result<(), WorktreeError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let target = repos_dir.join(name);
+    let give = WorktreeError::io("give to the service user", &target);
+    let repos = fs::File::open(repos_dir).map_err(WorktreeError::io("open", repos_dir))?;
+    worktree::give_tree(&repos.into(), std::ffi::OsStr::new(name), cc_sandboxd::probe::UNPRIVILEGED, 0).map_err(give)
 }
 
 /// `c` and 16 hex digits.

@@ -437,6 +437,38 @@ fn special_kind(mode: u32) -> &'static str {
     }
 }
 
+/// Gives `name` in `dir`, and everything below it, to `owner`, never following a link:
+/// each directory is opened from its parent's handle with `O_NOFOLLOW`, each entry is
+/// changed with `fchownat(AT_SYMLINK_NOFOLLOW)` (a link itself, never what it points
+/// at), and a regular file with more than one name is left as it is (another name may
+/// be outside the tree). For trees no agent writes while this runs: a git worktree just
+/// added, or a copy made before copies were given to the service user.
+pub fn give_tree(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32), depth: usize) -> std::io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(std::io::Error::other(format!("deeper than {MAX_DEPTH} directories")));
+    }
+    let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    let kind = file_kind(st.st_mode);
+    if kind == SFlag::S_IFDIR {
+        let child = openat(dir, name, DIR_FLAGS, Mode::empty())?;
+        let names: Vec<std::ffi::OsString> = Dir::from_fd(child.try_clone()?)?
+            .iter()
+            .filter_map(Result::ok)
+            .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        for entry in names {
+            give_tree(&child, &entry, (uid, gid), depth + 1)?;
+        }
+    } else if kind == SFlag::S_IFREG && st.st_nlink > 1 {
+        return Ok(());
+    }
+    if (st.st_uid, st.st_gid) != (uid, gid) {
+        fchownat(dir, name, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    }
+    Ok(())
+}
+
 /// Removes a tree we made. Every step is relative to an open directory and never
 /// follows a link, so nothing outside the tree is touched even if a link is planted or
 /// swapped in; directories an agent made unreadable (`chmod 000`) are opened up first.
