@@ -390,7 +390,7 @@ pub(crate) struct LaunchFailure {
 }
 
 /// Spawns the helper, hands it its bootstrap on stdin, and waits for its ready line.
-async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<Child, LaunchFailure> {
+async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<GroupChild, LaunchFailure> {
     let launch = &helper.launch;
     let secret = PeerSecret::generate().map_err(|e| LaunchFailure {
         pid: None,
@@ -425,7 +425,7 @@ pub(crate) async fn start_process(
     name: &'static str,
     user: Option<(u32, u32)>,
     bound: Vec<std::os::fd::OwnedFd>,
-) -> Result<Child, LaunchFailure> {
+) -> Result<GroupChild, LaunchFailure> {
     let mut command = Command::new(program);
     if !bound.is_empty() {
         use command_fds::{CommandFdExt, FdMapping};
@@ -451,11 +451,11 @@ pub(crate) async fn start_process(
         // supervisor, which stops helpers in order, rather than every helper at once.
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|e| LaunchFailure {
+    let mut child = GroupChild(command.spawn().map_err(|e| LaunchFailure {
         pid: None,
         status: None,
         message: format!("cannot start {}: {e}", program.display()),
-    })?;
+    })?);
     let pid = child.id();
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(fail(child, pid, "no stdio pipes".into(), stop).await);
@@ -498,23 +498,57 @@ async fn expect_line(
     }
 }
 
-async fn fail(mut child: Child, pid: Option<u32>, message: String, grace: Duration) -> LaunchFailure {
+async fn fail(mut child: GroupChild, pid: Option<u32>, message: String, grace: Duration) -> LaunchFailure {
     let status = stop_child(&mut child, grace).await;
     LaunchFailure { pid, status, message }
 }
 
-/// SIGTERM, then SIGKILL after `grace`. Returns the exit status.
-pub(crate) async fn stop_child(child: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
+/// A process started as the leader of a process group of its own (`process_group(0)`),
+/// signalled and killed as that group. bubblewrap's sandbox process stays in
+/// bubblewrap's group until it has set itself up and asked to die with its parent: a
+/// kill of bubblewrap alone in that window, when a run was stopped as its runner
+/// started, left it behind for good (issue 16). Dropped before it is reaped, the whole
+/// group is killed.
+pub(crate) struct GroupChild(Child);
+
+impl GroupChild {
+    /// Signals the group, while its leader is not reaped (so the id is still ours).
+    fn signal_group(&self, signal: nix::sys::signal::Signal) {
+        if let Some(pid) = self.0.id().filter(|pid| *pid > 1) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), signal);
+        }
+    }
+}
+
+impl std::ops::Deref for GroupChild {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for GroupChild {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        self.signal_group(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// SIGTERM to the process's group, then SIGKILL after `grace`. Returns the exit status.
+pub(crate) async fn stop_child(child: &mut GroupChild, grace: Duration) -> Option<std::process::ExitStatus> {
     if let Ok(Some(status)) = child.try_wait() {
         return Some(status);
     }
-    if let Some(pid) = child.id() {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
-    }
+    child.signal_group(nix::sys::signal::Signal::SIGTERM);
     match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => status.ok(),
         Err(_) => {
-            let _ = child.start_kill();
+            child.signal_group(nix::sys::signal::Signal::SIGKILL);
             child.wait().await.ok()
         }
     }

@@ -274,3 +274,68 @@ fn a_runner_that_cannot_start_fails_its_run() {
     assert!(shown.to_string().contains("did not start"), "{shown}");
     assert_eq!(f.sup.helper_pids().len(), 3, "the supervisor and its helpers are still up");
 }
+
+/// Issue 16, items 2 and 5 (ATTACKS.md 45): a run's agent flips a directory of the copy
+/// between a real directory and a link to a root-owned host directory, as fast as it
+/// can, while 100 runs of the same conversation are started and stopped back to back.
+/// No host file changes owner, every start succeeds or says why in one line, and no
+/// process of those runs is left.
+#[test]
+fn run_starts_under_a_swapping_agent_chown_nothing_outside_and_leave_no_process() {
+    use std::os::unix::fs::MetadataExt;
+    if !cc_tests::privileged("runs as the service user") {
+        return;
+    }
+    let f = fixture(None);
+    let copy = f.copy();
+    assert_eq!(std::fs::metadata(&copy).unwrap().uid(), 65534, "the copy is the service user's from provisioning");
+    assert_eq!(std::fs::metadata(copy.join(".git/HEAD")).unwrap().uid(), 65534);
+    let host = f.tmp.path().join("host-owned");
+    std::fs::create_dir(&host).unwrap();
+    std::fs::write(host.join("f"), "root's").unwrap();
+    let swapper = f.start_run("chat");
+    let script = format!(
+        "while [ ! -e .stop ]; do mkdir cc-race && touch cc-race/f; rm -rf cc-race; ln -s {} cc-race; rm -f cc-race; done; echo swapped",
+        host.display()
+    );
+    let flipping = {
+        let (data, swapper) = (f.sup.data_dir.clone(), swapper.clone());
+        std::thread::spawn(move || {
+            Command::new(bin("ccctl"))
+                .arg("--data-dir")
+                .arg(data)
+                .args(["tool", &swapper, "bash", "--timeout", "600", "--", &script])
+                .output()
+                .unwrap()
+        })
+    };
+    let (mut started, mut refused) = (0, 0);
+    for _ in 0..100 {
+        let out = f.sup.ccctl(&["run", "start", "--conversation", &f.conversation]);
+        let (id, err) = text(&out);
+        if out.status.success() {
+            started += 1;
+            let stopped = f.sup.ccctl(&["run", "stop", id.trim()]);
+            assert!(stopped.status.success(), "{}", text(&stopped).1);
+        } else {
+            refused += 1;
+            assert!(err.starts_with("ccctl: ") && err.trim_end().lines().count() == 1, "{err}");
+        }
+    }
+    std::fs::write(copy.join(".stop"), "").unwrap();
+    let out = flipping.join().unwrap();
+    assert!(text(&out).0.contains("swapped"), "the flipping loop did not run: {}", text(&out).1);
+    for path in [host.clone(), host.join("f")] {
+        assert_eq!(std::fs::symlink_metadata(&path).unwrap().uid(), 0, "{} changed owner", path.display());
+    }
+    assert!(started > 0, "no run started under the swapping ({refused} refused)");
+    assert!(f.sup.ccctl(&["run", "stop", &swapper]).status.success());
+    // Nothing of any run is left: no envelope, runner or command names the data dir.
+    let supervisor = bin("cc-supervisor");
+    let left: Vec<String> = processes_mentioning(&f.sup.data_dir)
+        .into_iter()
+        .filter(|p| !p.starts_with(supervisor.to_str().unwrap()))
+        .collect();
+    assert!(left.is_empty(), "{} of 101 runs left processes: {left:#?}", left.len());
+    eprintln!("{started} runs started and stopped, {refused} refused, under the swapping");
+}

@@ -40,7 +40,7 @@ use crate::conversations::{Conversations, RunPaths};
 use crate::convert::path_bytes;
 use crate::events::EventLog;
 use crate::gate::Gate;
-use crate::helpers::{SUPERVISOR_PEER, start_process, stop_child};
+use crate::helpers::{GroupChild, SUPERVISOR_PEER, start_process, stop_child};
 use crate::paths::DataDir;
 use crate::store::Store;
 pub use record::{RunRecord, RunState};
@@ -172,10 +172,13 @@ fn runner_socket(data: &DataDir, conversation: &str, run: &str) -> PathBuf {
 }
 
 /// As root, every launch runs as the unprivileged service user (sandboxd takes the
-/// owner of the working directory): the conversation's files become that user's, and
-/// the directories above them traversable (0711: nobody can list or read them). The
+/// owner of the working directory): the directories above the conversation become
+/// traversable (0711: nobody can list or read them), and the conversation's own
+/// directories, which we made, become that user's. The copies are the service user's
+/// since they were provisioned, so nothing here walks what an agent writes: every
+/// change is made through a handle opened without following a link (issue 16). The
 /// rest of the data directory (state.db, sockets, config) stays root's alone.
-fn hand_to_service_user(data: &DataDir, conversation: &str) -> std::io::Result<()> {
+fn hand_to_service_user(data: &DataDir, conversation: &str, agent: &str) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     let (uid, gid) = cc_sandboxd::probe::UNPRIVILEGED;
@@ -193,10 +196,27 @@ fn hand_to_service_user(data: &DataDir, conversation: &str) -> std::io::Result<(
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
     }
     let _ = std::fs::set_permissions(data.state_db(), std::fs::Permissions::from_mode(0o600));
-    let top = data.conversation_dir(conversation);
-    for entry in walkdir::WalkDir::new(&top).follow_links(false) {
-        let entry = entry.map_err(std::io::Error::other)?;
-        std::os::unix::fs::lchown(entry.path(), Some(uid), Some(gid))?;
+    let top =
+        cc_sandboxd::beneath::open_dir_no_links(&data.conversation_dir(conversation)).map_err(std::io::Error::from)?;
+    let give = |dir: &std::os::fd::OwnedFd| std::os::unix::fs::fchown(dir, Some(uid), Some(gid));
+    give(&top)?;
+    // Each below the last, by one name, never through a link.
+    let mut chain = vec![vec!["repos"], vec!["sock"], vec!["agents", agent, "work"], vec!["agents", agent, "config"]];
+    for names in chain.drain(..) {
+        let mut dir = top.try_clone()?;
+        for name in names {
+            dir = cc_sandboxd::beneath::child_dir(&dir, std::ffi::OsStr::new(name)).map_err(std::io::Error::from)?;
+            give(&dir)?;
+        }
+    }
+    // A copy provisioned before copies were given to the service user: handed over
+    // once, by handle (worktree::give_tree); later runs find it theirs.
+    let repos = cc_sandboxd::beneath::child_dir(&top, std::ffi::OsStr::new("repos")).map_err(std::io::Error::from)?;
+    for name in cc_sandboxd::beneath::names(&repos).map_err(std::io::Error::from)? {
+        let st = nix::sys::stat::fstatat(&repos, name.as_os_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        if st.st_uid != uid {
+            crate::worktree::give_tree(&repos, &name, (uid, gid), 0)?;
+        }
     }
     Ok(())
 }
@@ -377,8 +397,8 @@ impl RunManager {
         make_socket_dir(&socket_dir)
             .map_err(|e| Status::internal(format!("cannot make {}: {e}", socket_dir.display())))?;
         if nix::unistd::geteuid().is_root() {
-            let (data, conversation) = (self.env.data.clone(), record.id.clone());
-            tokio::task::spawn_blocking(move || hand_to_service_user(&data, &conversation))
+            let (data, conversation, agent) = (self.env.data.clone(), record.id.clone(), request.agent.clone());
+            tokio::task::spawn_blocking(move || hand_to_service_user(&data, &conversation, &agent))
                 .await
                 .map_err(|e| Status::internal(e.to_string()))?
                 .map_err(|e| Status::internal(format!("cannot hand the run's directories to the service user: {e}")))?;
@@ -469,7 +489,7 @@ impl RunManager {
         roots: String,
         home: String,
         socket: &Path,
-    ) -> Result<(tokio::process::Child, u32, RunnerClientWithSecret, &'static str), Status> {
+    ) -> Result<(GroupChild, u32, RunnerClientWithSecret, &'static str), Status> {
         let request =
             sb::RunnerEnvelopeRequest { run_id: id.to_owned(), runner_program: path_bytes(&self.env.runner_program) };
         let envelope = sandboxd.runner_envelope(request).await?.into_inner();
@@ -534,12 +554,7 @@ impl RunManager {
     }
 
     /// Owns the runner process until the run ends.
-    async fn watch(
-        self: Arc<Self>,
-        id: String,
-        mut child: tokio::process::Child,
-        stop: oneshot::Receiver<StopRequest>,
-    ) {
+    async fn watch(self: Arc<Self>, id: String, mut child: GroupChild, stop: oneshot::Receiver<StopRequest>) {
         let (state, reason, done) = tokio::select! {
             status = child.wait() => {
                 (RunState::Failed, format!("its runner exited ({})", describe_exit(status.ok())), None)
