@@ -7,8 +7,14 @@
 
 use std::collections::BTreeMap;
 
-/// Names taken from the caller's environment as they are.
-const PASSED: &[&str] = &["PATH", "LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ", "USER", "LOGNAME"];
+/// Names taken from the caller's environment as they are. Not PATH: the host's may
+/// name directories under the supervisor's home, and a program found there runs in
+/// the envelope; every envelope gets [`SYSTEM_PATH`] instead.
+const PASSED: &[&str] = &["LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ", "USER", "LOGNAME"];
+
+/// PATH inside every envelope: the system's program directories. A run's policy may
+/// add directories after them (`[runs] path` in the supervisor's config).
+pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Prefixes taken from the caller's environment (locale settings).
 const PASSED_PREFIXES: &[&str] = &["LC_"];
@@ -170,7 +176,8 @@ pub fn judge(name: &str, value: &str, from_policy: bool) -> Result<(), Dropped> 
 }
 
 /// The environment of a wrapped process: the allowed part of `inherited`, then the
-/// policy's `additions` (which win), then `HOME` set to the agent's directory.
+/// policy's `additions` (which win), then `HOME` set to the agent's directory. PATH is
+/// [`SYSTEM_PATH`], followed by the absolute directories of the policy's PATH.
 pub fn build<'a>(
     inherited: impl IntoIterator<Item = (&'a str, &'a str)>,
     additions: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -182,11 +189,16 @@ pub fn build<'a>(
             out.insert(name.to_owned(), value.to_owned());
         }
     }
+    let mut path: Vec<&str> = SYSTEM_PATH.split(':').collect();
     for (name, value) in additions {
-        if judge(name, value, true).is_ok() {
+        if name == "PATH" {
+            let extra = value.split(':').filter(|d| d.starts_with('/') && !d.contains('\0'));
+            path.extend(extra.filter(|d| !path.contains(d)).collect::<Vec<_>>());
+        } else if judge(name, value, true).is_ok() {
             out.insert(name.to_owned(), value.to_owned());
         }
     }
+    out.insert("PATH".to_owned(), path.join(":"));
     out.insert("HOME".to_owned(), home.to_owned());
     out
 }
@@ -198,7 +210,7 @@ mod tests {
     #[test]
     fn the_allowlist_passes_and_home_is_the_agents() {
         let env = build([("PATH", "/usr/bin"), ("LANG", "C.UTF-8"), ("LC_ALL", "C"), ("HOME", "/root")], [], "/work");
-        assert_eq!(env["PATH"], "/usr/bin");
+        assert_eq!(env["PATH"], SYSTEM_PATH, "the host's PATH never passes");
         assert_eq!(env["LC_ALL"], "C");
         assert_eq!(env["HOME"], "/work");
     }
@@ -299,7 +311,16 @@ mod tests {
 
     #[test]
     fn policy_additions_win_over_the_caller() {
-        let env = build([("PATH", "/caller/bin")], [("PATH", "/usr/bin:/bin")], "/w");
-        assert_eq!(env["PATH"], "/usr/bin:/bin");
+        let env = build([("LANG", "C")], [("LANG", "C.UTF-8")], "/w");
+        assert_eq!(env["LANG"], "C.UTF-8");
+    }
+
+    /// Issue 16, item 5: the host's PATH (with directories under the supervisor's
+    /// home) never reaches an envelope; the system's does, then what the run adds.
+    #[test]
+    fn path_is_the_systems_then_the_runs_additions() {
+        let env = build([("PATH", "/root/.cargo/bin:/usr/bin")], [("PATH", "/opt/tools/bin:relative:/usr/bin")], "/w");
+        assert_eq!(env["PATH"], format!("{SYSTEM_PATH}:/opt/tools/bin"));
+        assert!(!env["PATH"].contains("/root"));
     }
 }

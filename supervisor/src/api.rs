@@ -330,7 +330,7 @@ impl Supervisor for SupervisorApi {
             "explain-{}",
             &cc_proto::secret::PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..12]
         );
-        let policy = crate::runs::sandbox_policy(&run_id, &paths, None);
+        let policy = crate::runs::sandbox_policy(&run_id, &paths, None, self.runs.config());
         sandboxd.register_run(policy).await?;
         // Unregistered however this request ends, a client that goes away included.
         let cleanup = Unregister(Some((sandboxd.clone(), run_id.clone())));

@@ -24,6 +24,7 @@
 //! bash_timeout_seconds = 120          # a bash call that names no timeout gets this
 //! bash_max_timeout_seconds = 3600     # a call may ask for at most this
 //! bash_output_cap_bytes = 1048576     # stdout + stderr of one call; over it, the command is killed
+//! path = ["/opt/tools/bin"]           # added to PATH in envelopes, after the system's program dirs
 //! ```
 
 use std::collections::BTreeMap;
@@ -66,11 +67,14 @@ pub struct RunsConfig {
     pub bash_timeout_seconds: u32,
     pub bash_max_timeout_seconds: u32,
     pub bash_output_cap_bytes: u64,
+    /// Directories added to PATH inside envelopes, after the system's program
+    /// directories (the host's PATH never passes).
+    pub path: Vec<PathBuf>,
 }
 
 impl Default for RunsConfig {
     fn default() -> Self {
-        Self { bash_timeout_seconds: 120, bash_max_timeout_seconds: 3600, bash_output_cap_bytes: 1 << 20 }
+        Self { bash_timeout_seconds: 120, bash_max_timeout_seconds: 3600, bash_output_cap_bytes: 1 << 20, path: vec![] }
     }
 }
 
@@ -179,6 +183,9 @@ impl Config {
         if runs.bash_timeout_seconds == 0 || runs.bash_max_timeout_seconds < runs.bash_timeout_seconds {
             return Err("[runs]: need 0 < bash_timeout_seconds <= bash_max_timeout_seconds".into());
         }
+        if let Some(bad) = runs.path.iter().find(|p| !p.is_absolute() || p.to_str().is_none_or(|s| s.contains(':'))) {
+            return Err(format!("[runs]: path entry {:?} must be an absolute UTF-8 path without ':'", bad.display()));
+        }
         if runs.bash_output_cap_bytes == 0 {
             return Err("[runs]: bash_output_cap_bytes must be positive".into());
         }
@@ -238,6 +245,8 @@ mod tests {
         assert_eq!(c.restart.initial_backoff_ms, 10);
         assert_eq!(c.restart.max_backoff_ms, 30_000);
         assert_eq!(c.helpers["broker"].program.as_deref(), Some(Path::new("/bin/false")));
+        let c = Config::parse("[runs]\npath = [\"/opt/tools/bin\"]\n").unwrap();
+        assert_eq!(c.runs.path, vec![PathBuf::from("/opt/tools/bin")]);
     }
 
     #[test]
@@ -249,6 +258,8 @@ mod tests {
             ("[restart\n", "line 1"),
             ("[restart]\nbudget = \"x\"\n", "line 2"),
             ("color = 1\n", "color"),
+            ("[runs]\npath = [\"bin\"]\n", "path entry \"bin\""),
+            ("[runs]\npath = [\"/a:/b\"]\n", "without ':'"),
         ] {
             let err = Config::parse(text).unwrap_err();
             assert!(err.contains(needle), "{text:?} → {err}");

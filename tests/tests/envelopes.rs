@@ -339,9 +339,13 @@ async fn the_environment_is_sanitized_whatever_is_passed() {
         ("NODE_OPTIONS", "--require=/x.js"),
         ("LD_LIBRARY_PATH", "/x"),
         ("BASH_ENV", "/x"),
+        // A PATH with a directory under someone's home (issue 16, item 5).
+        ("PATH", "/root/.cargo/bin:/home/me/bin:/usr/bin:/bin"),
     ];
     let Some((_sbx, mut client)) = native(&w, &env).await else { return };
     let out = run(&mut client, "r1", OVERLAY, "env").await;
+    let path = out.stdout.lines().find_map(|l| l.strip_prefix("PATH=")).unwrap_or_default();
+    assert_eq!(path, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "{}", out.stdout);
     for bad in [
         "LD_PRELOAD",
         "LD_LIBRARY_PATH",

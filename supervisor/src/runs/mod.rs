@@ -133,8 +133,19 @@ fn internal(what: &str) -> impl FnOnce(crate::store::StoreError) -> Status + '_ 
 
 /// The policy sandboxd builds every envelope of the run from.
 /// `runner_socket_dir`: where the run's runner listens (it must exist), for the
-/// runner's envelope; `None` when no runner is started (explain).
-pub fn sandbox_policy(run_id: &str, paths: &RunPaths, runner_socket_dir: Option<&Path>) -> sb::RunPolicy {
+/// runner's envelope; `None` when no runner is started (explain). `config.path`: what
+/// sandboxd adds to PATH after the system's program directories.
+pub fn sandbox_policy(
+    run_id: &str,
+    paths: &RunPaths,
+    runner_socket_dir: Option<&Path>,
+    config: &RunsConfig,
+) -> sb::RunPolicy {
+    let mut env = std::collections::HashMap::new();
+    if !config.path.is_empty() {
+        let joined: Vec<String> = config.path.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        env.insert("PATH".to_owned(), joined.join(":"));
+    }
     sb::RunPolicy {
         run_id: run_id.to_owned(),
         agent_work: path_bytes(&paths.agent_work),
@@ -143,7 +154,7 @@ pub fn sandbox_policy(run_id: &str, paths: &RunPaths, runner_socket_dir: Option<
         attachments: paths.attachments.as_deref().map(path_bytes).unwrap_or_default(),
         work_dir: path_bytes(&paths.work_dir),
         write_deny: paths.write_deny.iter().map(|p| path_bytes(p)).collect(),
-        env: Default::default(),
+        env,
         bridges: vec![],
         runner_socket_dir: runner_socket_dir.map(path_bytes).unwrap_or_default(),
     }
@@ -405,7 +416,7 @@ impl RunManager {
         }
 
         let mut sandboxd = self.env.channels.sandboxd().await?;
-        sandboxd.register_run(sandbox_policy(&id, &paths, Some(&socket_dir))).await?;
+        sandboxd.register_run(sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config)).await?;
         // runner_roots has checked that the run's paths are UTF-8.
         let home = paths.agent_work.to_string_lossy().into_owned();
         let run = RunRecord {
