@@ -339,3 +339,22 @@ fn run_starts_under_a_swapping_agent_chown_nothing_outside_and_leave_no_process(
     assert!(left.is_empty(), "{} of 101 runs left processes: {left:#?}", left.len());
     eprintln!("{started} runs started and stopped, {refused} refused, under the swapping");
 }
+
+/// Issue 16, item 5: an agent's tree 2,000 directories deep (deeper than PATH_MAX
+/// lets a path name) is removed with its conversation, and no trash is left behind.
+#[test]
+fn conversation_rm_removes_a_tree_of_any_depth() {
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    // By handle, as a careful agent would (a shell's `cd` slows to a crawl past PATH_MAX).
+    let make = "python3 -c \"import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(2000):\n    \
+                os.mkdir('d', dir_fd=fd); fd = os.open('d', os.O_RDONLY, dir_fd=fd)\nprint('made')\"";
+    let out = f.tool(&run, &["bash", "--", make]);
+    assert!(text(&out).0.contains("made"), "{}", text(&out).1);
+    assert!(f.sup.ccctl(&["run", "stop", &run]).status.success());
+    let out = f.sup.ccctl(&["conversation", "rm", &f.conversation]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let left: Vec<_> =
+        std::fs::read_dir(f.sup.data_dir.join("conversations")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
