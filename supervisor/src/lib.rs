@@ -16,6 +16,7 @@ pub mod convert;
 pub mod daemon;
 pub mod events;
 pub mod gate;
+pub mod handback;
 pub mod helpers;
 pub mod install;
 pub mod lock;

@@ -30,6 +30,31 @@ pub const HOME_GIT_CONFIG: &str = ".config/git/config";
 /// its three places, and `commondir`, which points git at another repository's.
 pub const GIT_DIR_VECTORS: &[&str] = &["hooks", "config", "config.worktree", "commondir", "info"];
 
+/// git config keys whose value git runs as a program (lower-case, as git compares
+/// them). The gate's command classifier treats `git -c KEY=…` for any of them as
+/// running a program; the hand-back of a copy's work (`ccctl conversation diff` and
+/// `fetch`) sets each of them to nothing, so that no value the agent wrote runs.
+/// Filter, diff and merge drivers have names of the repository's choosing and are
+/// found in its config instead.
+pub const GIT_PROGRAM_KEYS: &[&str] = &[
+    "core.pager",
+    "core.editor",
+    "core.sshcommand",
+    "core.fsmonitor",
+    "core.askpass",
+    "core.hookspath",
+    "sequence.editor",
+    "diff.external",
+    "gpg.program",
+    "gpg.ssh.program",
+    "gpg.x509.program",
+    "credential.helper",
+    "core.gitproxy",
+    "uploadpack.packobjectshook",
+    "merge.tool",
+    "diff.tool",
+];
+
 /// Whether `name` is a start-up file of a shell (or git) starting in HOME.
 pub fn is_rc_file(name: &[u8]) -> bool {
     RC_FILES.iter().any(|rc| rc.as_bytes() == name)

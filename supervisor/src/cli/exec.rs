@@ -215,6 +215,7 @@ async fn clean_up(args: &ExecArgs, client: &mut Client, runs_client: &mut Runs, 
     if let Some(id) = &made.conversation {
         if args.keep {
             eprintln!("ccctl: kept conversation {id}");
+            eprintln!("ccctl: {}", crate::handback::AGENT_CONTROLLED);
         } else {
             client.remove_conversation(pb::RemoveConversationRequest { id: id.clone() }).await.map_err(rpc_error)?;
         }

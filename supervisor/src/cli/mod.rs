@@ -187,6 +187,30 @@ enum ConversationAction {
     },
     /// Remove a conversation's copies (never the registered checkout)
     Rm { id: String },
+    /// Show the agent's changes in a copy (its commits and uncommitted work) without
+    /// running anything the agent wrote
+    Diff {
+        id: String,
+        /// The repository, when the conversation has several
+        #[arg(long)]
+        repo: Option<String>,
+        /// Compare with this revision [default: where the copy and the checkout's HEAD part]
+        #[arg(long)]
+        base: Option<String>,
+    },
+    /// Fetch the copy's HEAD into a checkout as a branch, without running anything the
+    /// agent wrote
+    Fetch {
+        id: String,
+        #[arg(long)]
+        repo: Option<String>,
+        /// The checkout to fetch into (normally the registered one)
+        #[arg(long)]
+        into: std::path::PathBuf,
+        /// The branch to create or move forward [default: cc/<conversation>]
+        #[arg(long)]
+        branch: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -406,8 +430,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 ConversationAction::List { workspace } => {
                     let request = pb::ListConversationsRequest { workspace: workspace.unwrap_or_default() };
-                    let list = client.list_conversations(request).await.map_err(rpc_error)?;
-                    render::conversations(&list.into_inner().conversations, cli.json);
+                    let list = client.list_conversations(request).await.map_err(rpc_error)?.into_inner();
+                    render::conversations(&list.conversations, cli.json);
+                    if !cli.json && !list.conversations.is_empty() {
+                        eprintln!("ccctl: {}", crate::handback::AGENT_CONTROLLED);
+                    }
+                }
+                ConversationAction::Diff { id, repo, base } => {
+                    let repo = conversation_repo(&mut client, &id, repo.as_deref()).await?;
+                    let (copy, checkout) = (path_of(&repo.path), path_of(&repo.source_resolved));
+                    let diff =
+                        tokio::task::spawn_blocking(move || crate::handback::diff(&copy, &checkout, base.as_deref()))
+                            .await??;
+                    use std::io::Write;
+                    std::io::stdout().write_all(&diff)?;
+                }
+                ConversationAction::Fetch { id, repo, into, branch } => {
+                    let conversation = find_conversation(&mut client, &id).await?;
+                    if conversation.backend == "git-worktree" {
+                        anyhow::bail!(
+                            "conversation {id} is a git worktree of the registered repository: its commits are \
+                             already there, on its cc/ branch"
+                        );
+                    }
+                    let repo = conversation_repo(&mut client, &id, repo.as_deref()).await?;
+                    let branch = branch.unwrap_or_else(|| format!("cc/{}", conversation.id));
+                    let copy = path_of(&repo.path);
+                    let fetched =
+                        tokio::task::spawn_blocking(move || crate::handback::fetch(&copy, &into, &branch)).await??;
+                    render::done(&format!("fetched {} into branch {}", fetched.commit, fetched.branch), cli.json);
                 }
                 ConversationAction::Rm { id } => {
                     let removed =
@@ -424,6 +475,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+async fn find_conversation(client: &mut Client, id: &str) -> anyhow::Result<pb::Conversation> {
+    let request = pb::ListConversationsRequest { workspace: String::new() };
+    let list = client.list_conversations(request).await.map_err(rpc_error)?.into_inner();
+    list.conversations
+        .into_iter()
+        .find(|c| c.id == id)
+        .ok_or_else(|| anyhow::anyhow!("no conversation {:?}", id.chars().take(64).collect::<String>()))
+}
+
+/// The conversation's repository named `name`, or its only one.
+async fn conversation_repo(client: &mut Client, id: &str, name: Option<&str>) -> anyhow::Result<pb::ConversationRepo> {
+    let conversation = find_conversation(client, id).await?;
+    let names: Vec<String> = conversation.repos.iter().map(|r| r.name.clone()).collect();
+    match name {
+        Some(name) => conversation.repos.into_iter().find(|r| r.name == name).ok_or_else(|| {
+            anyhow::anyhow!("conversation {id} has no repository {name:?} (it has {})", names.join(", "))
+        }),
+        None if conversation.repos.len() == 1 => Ok(conversation.repos.into_iter().next().expect("one")),
+        None => {
+            anyhow::bail!("conversation {id} has several repositories ({}): name one with --repo", names.join(", "))
+        }
+    }
+}
+
+fn path_of(bytes: &[u8]) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    std::path::Path::new(std::ffi::OsStr::from_bytes(bytes)).to_owned()
 }
 
 async fn connect(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<Client> {

@@ -6,25 +6,8 @@ use super::super::walk::Analyzer;
 use super::super::words::Arg;
 use crate::effect::{CommandClass as C, Effect as E};
 
-/// Config keys whose value git runs as a shell command.
-const EXEC_KEYS: &[&str] = &[
-    "core.pager",
-    "core.editor",
-    "core.sshcommand",
-    "core.fsmonitor",
-    "core.askpass",
-    "core.hookspath",
-    "sequence.editor",
-    "diff.external",
-    "gpg.program",
-    "gpg.ssh.program",
-    "gpg.x509.program",
-    "credential.helper",
-    "core.gitproxy",
-    "uploadpack.packobjectshook",
-    "merge.tool",
-    "diff.tool",
-];
+/// Config keys whose value git runs as a shell command: one list with the hand-back's.
+const EXEC_KEYS: &[&str] = cc_vectors::GIT_PROGRAM_KEYS;
 
 const READ_ONLY: &[&str] = &[
     "status",
