@@ -167,10 +167,14 @@ impl Envelope<'_> {
 
         // The kind's roots, then, last, everything inside them that must stay read-only.
         let (writable, readonly) = roots(self.policy, self.kind);
+        // A git-worktree conversation's shared git directory: read-only, but for what
+        // git in a worktree writes.
+        let shared_ro: Vec<PathBuf> = self.policy.shared_git.iter().map(|g| g.common_dir.clone()).collect();
+        let shared_rw: Vec<PathBuf> = self.policy.shared_git.iter().flat_map(|g| g.writable.clone()).collect();
         // bubblewrap creates the directories leading to each bind. Under the fresh
         // /tmp they would be writable scratch that looks like the host's paths: each
         // such tree gets a tmpfs of its own, made read-only once the binds are in.
-        let mut skeletons = tmp_skeletons(writable.iter().chain(&readonly));
+        let mut skeletons = tmp_skeletons(writable.iter().chain(&readonly).chain(&shared_ro));
         // Every root is inside the data directory (the policy checks it), so only a
         // bound system directory could show the rest of it. Anywhere else only the
         // directories leading to the roots exist, on the read-only root or in a
@@ -191,6 +195,13 @@ impl Envelope<'_> {
         for root in &readonly {
             a.bind_inside_roots(false, root);
         }
+        for common in &shared_ro {
+            a.bind_inside_roots(false, common);
+        }
+        for dir in &shared_rw {
+            a.bind_inside_roots(true, dir);
+        }
+        let writable: Vec<PathBuf> = writable.into_iter().chain(shared_rw).collect();
         let inside_writable = |p: &Path| writable.iter().any(|root| p.starts_with(root));
         let mut last: Vec<&PathBuf> = self.protected.iter().chain(&self.policy.write_deny).collect();
         last.sort();
@@ -322,6 +333,7 @@ mod tests {
             env: BTreeMap::new(),
             bridges: BTreeMap::new(),
             runner_socket_dir: Some("/d/conversations/c1/sock".into()),
+            shared_git: vec![],
             identities: vec![],
         }
     }

@@ -224,7 +224,11 @@ impl Launcher {
     /// missing if `create`.
     fn protected(&self, p: &Prepared, create: bool) -> Result<Vec<PathBuf>, Status> {
         let (writable, _) = bwrap::roots(&p.policy, p.kind);
-        protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create).map_err(|e| {
+        let found = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create).and_then(|mut found| {
+            found.extend(protect::shared_vectors(&p.policy.shared_git)?);
+            Ok(found)
+        });
+        found.map_err(|e| {
             let message = format!("refusing to launch: {e}");
             match &e {
                 protect::ProtectError::Link { path, .. } => reasons::refusal(

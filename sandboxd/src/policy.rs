@@ -24,9 +24,24 @@ pub struct RunPolicy {
     pub bridges: BTreeMap<u16, PathBuf>,
     /// The directory of the run's runner socket (the runner kind binds it writable).
     pub runner_socket_dir: Option<PathBuf>,
+    /// git-worktree conversations: the shared git directories (see the proto).
+    pub shared_git: Vec<SharedGit>,
     /// Each root's device and inode at registration, checked again before every
-    /// launch: a root replaced by a symlink (or moved) since is refused.
+    /// launch: a root replaced by a symlink (or moved) since is refused. The shared
+    /// git directories count as roots here.
     pub identities: Vec<(PathBuf, (u64, u64))>,
+}
+
+/// A git directory that a git-worktree conversation's worktrees share with the
+/// registered checkout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedGit {
+    pub common_dir: PathBuf,
+    pub worktree_dir: PathBuf,
+    /// What git in a worktree must write: the shared objects, refs and logs (those
+    /// that exist), and the worktree's own git directory (index, HEAD). Everything
+    /// else of the common directory (config, hooks, info, packed-refs) stays read-only.
+    pub writable: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -55,6 +70,8 @@ pub enum PolicyError {
     OutsideDataDir { field: &'static str, path: PathBuf, data_dir: PathBuf },
     #[error("the run's {path} changed since it was registered (moved or replaced by a link): refusing to launch")]
     Changed { path: PathBuf },
+    #[error("shared git directory {worktree} must be a worktree directory of {common} (<common>/worktrees/<name>)")]
+    NotAWorktreeOf { common: PathBuf, worktree: PathBuf },
 }
 
 fn path_of(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyError> {
@@ -136,6 +153,26 @@ impl RunPolicy {
             }
         }
         let mut identities = Vec::new();
+        // Outside the data directory by nature (the person's repository), so not
+        // through `root`; no link on the way all the same, and each a worktree of its own.
+        let mut shared_git = Vec::new();
+        for shared in &p.shared_git {
+            let missing = |field| PolicyError::NotAbsolute { field, path: String::new() };
+            let (common_dir, id) = bind_root("shared git dir", &shared.common_dir)?.ok_or(missing("shared git dir"))?;
+            let (worktree_dir, _) =
+                bind_root("shared worktree dir", &shared.worktree_dir)?.ok_or(missing("shared worktree dir"))?;
+            if worktree_dir.parent() != Some(&common_dir.join("worktrees")) {
+                return Err(PolicyError::NotAWorktreeOf { common: common_dir, worktree: worktree_dir });
+            }
+            let mut writable: Vec<PathBuf> = ["objects", "refs", "logs"]
+                .iter()
+                .map(|d| common_dir.join(d))
+                .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+                .collect();
+            writable.push(worktree_dir.clone());
+            identities.push((common_dir.clone(), id));
+            shared_git.push(SharedGit { common_dir, worktree_dir, writable });
+        }
         let mut root = |field: &'static str, bytes: &[u8]| -> Result<Option<PathBuf>, PolicyError> {
             let Some((path, id)) = bind_root(field, bytes)? else { return Ok(None) };
             // Strictly inside: the data directory itself holds state.db and the sockets.
@@ -157,6 +194,7 @@ impl RunPolicy {
             work_dir,
             write_deny,
             env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            shared_git,
             identities,
         })
     }

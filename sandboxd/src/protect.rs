@@ -65,6 +65,20 @@ pub fn prepare(writable: &[PathBuf], home: &Path, create: bool) -> Result<Vec<Pa
     Ok(walk.protected)
 }
 
+/// The vectors of a git-worktree conversation's own worktree git directories
+/// (`<common>/worktrees/<name>`: `commondir`, `config.worktree`, …), listed and never
+/// created: they live in the person's repository. The rest of the common directory is
+/// read-only in every envelope.
+pub fn shared_vectors(shared: &[crate::policy::SharedGit]) -> Result<Vec<PathBuf>, ProtectError> {
+    let mut walk = Walk { create: false, protected: Vec::new(), home_done: true };
+    for git in shared {
+        let dir = beneath::open_dir_no_links(&git.worktree_dir)
+            .map_err(|source| ProtectError::Root { path: git.worktree_dir.clone(), source })?;
+        walk.vectors(&dir, &git.worktree_dir)?;
+    }
+    Ok(walk.protected)
+}
+
 struct Walk {
     create: bool,
     protected: Vec<PathBuf>,
@@ -77,6 +91,10 @@ impl Walk {
     fn tree(&mut self, dir: &OwnedFd, path: &Path, depth: usize) -> Result<(), ProtectError> {
         if let Some(git) = self.expect_dir(dir, path, ".git", "a repository's .git directory")? {
             self.git_dir(&git, &path.join(".git"), REPO_DEPTH)?;
+        } else if beneath::entry_at(dir, OsStr::new(".git")) == Ok(Entry::Other) {
+            // A `.git` file (a linked worktree, a submodule checkout) names the git
+            // directory git uses: re-pointed, it would lead git to one the agent made.
+            self.protected.push(path.join(".git"));
         }
         if depth == 0 {
             return Ok(());

@@ -186,6 +186,7 @@ mod tests {
             env: BTreeMap::new(),
             bridges: BTreeMap::new(),
             runner_socket_dir: None,
+            shared_git: vec![],
             identities: vec![],
         }
     }

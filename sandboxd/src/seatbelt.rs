@@ -225,6 +225,7 @@ mod tests {
             env: Default::default(),
             bridges: Default::default(),
             runner_socket_dir: None,
+            shared_git: vec![],
             identities: vec![],
         };
         let argv = [OsString::from("/bin/sh"), OsString::from("-c"), OsString::from("true")];

@@ -70,6 +70,9 @@ pub struct RunPaths {
     pub attachments: Option<PathBuf>,
     pub work_dir: PathBuf,
     pub write_deny: Vec<PathBuf>,
+    /// git-worktree conversations: each registered repository's git directory, with
+    /// this conversation's worktree git directory inside it.
+    pub shared_git: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The agent's private directories inside a conversation.
@@ -313,6 +316,11 @@ impl Conversations {
                     let branch =
                         worktree::add_worktree(&repo.resolved_path, &target, id, &repo.name).map_err(provision_err)?;
                     give_to_service_user(repos_dir, &repo.name).map_err(provision_err)?;
+                    // Its index and HEAD live in the registered repository.
+                    let git_dir = worktree::worktree_git_dir(&repo.resolved_path, id, &repo.name);
+                    let (worktrees, name) =
+                        (git_dir.parent().unwrap_or(&git_dir), git_dir.file_name().unwrap_or_default());
+                    give_to_service_user(worktrees, &name.to_string_lossy()).map_err(provision_err)?;
                     Some(branch)
                 }
             };
@@ -389,6 +397,18 @@ impl Conversations {
             attachments: attachments.is_dir().then(|| canon(&attachments)).transpose()?,
             work_dir: canon(&work_dir)?,
             write_deny: record.repos.iter().flat_map(|r| [r.source_path.clone(), r.source_resolved.clone()]).collect(),
+            shared_git: if record.backend == Backend::GitWorktree.as_str() {
+                record
+                    .repos
+                    .iter()
+                    .map(|r| {
+                        let common = r.source_resolved.join(".git");
+                        (common, worktree::worktree_git_dir(&r.source_resolved, &record.id, &r.name))
+                    })
+                    .collect()
+            } else {
+                vec![]
+            },
         })
     }
 

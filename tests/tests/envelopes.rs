@@ -82,6 +82,7 @@ fn policy(w: &World) -> pb::RunPolicy {
         ]),
         bridges: vec![],
         runner_socket_dir: vec![],
+        shared_git: vec![],
     }
 }
 

@@ -86,3 +86,56 @@ fn diff_and_fetch_run_nothing_the_agent_wrote_and_the_commits_arrive() {
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     assert!(!ran(&outside).is_empty(), "the control ran nothing: the canaries are not live");
 }
+
+/// Issue 16, item 3: the git-worktree backend. Its envelopes show the registered
+/// repository's git directory, which its worktree needs (git did not work at all
+/// before), read-only but for objects, refs, logs and the worktree's own git dir; the
+/// worktree's `.git` file, the shared config and hooks, and the worktree git dir's
+/// `commondir` cannot be written; the checkout's files stay out of sight.
+#[test]
+fn a_git_worktree_envelope_has_its_shared_git_dir_with_config_hooks_and_git_file_read_only() {
+    if !cc_tests::privileged("runs as the service user") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = cc_tests::fs::make_checkout(&tmp.path().join("checkout"));
+    let sup = cc_tests::Supervisor::start_on(&tmp.path().join("data"), cc_tests::Options::default());
+    assert!(sup.ccctl(&["repo", "add", checkout.to_str().unwrap(), "--name", "demo"]).status.success());
+    let out = sup.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "git-worktree"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let conversation = text(&out).0.trim().to_owned();
+    // What the agent writes in the person's repository belongs to the service user, as
+    // it would to the person under their own supervisor.
+    let common = checkout.join(".git");
+    for dir in ["objects", "refs", "logs"] {
+        let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(common.join(dir)).status().unwrap();
+        assert!(chown.success());
+    }
+    let config_before = std::fs::read(common.join("config")).unwrap();
+    let out = sup.ccctl(&["run", "start", "--conversation", &conversation]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let run = text(&out).0.trim().to_owned();
+    let admin = common.join(format!("worktrees/cc-{conversation}-demo"));
+    let script = format!(
+        "git status --short >/dev/null && echo STATUS-OK\n\
+         echo x > agent.txt && git add agent.txt && git -c user.name=a -c user.email=a@x commit -qm 'in the worktree' && echo COMMITTED\n\
+         (echo '[core] fsmonitor = evil' >> {c}/config) 2>/dev/null && echo WROTE-config\n\
+         (touch {c}/hooks/pre-commit) 2>/dev/null && echo WROTE-hook\n\
+         (echo x > {c}/commondir) 2>/dev/null && echo WROTE-commondir\n\
+         (echo 'gitdir: /tmp/evil' > .git) 2>/dev/null && echo WROTE-gitfile\n\
+         (echo /tmp/evil > {a}/commondir) 2>/dev/null && echo WROTE-admin-commondir\n\
+         cat {k}/README.md 2>/dev/null && echo READ-checkout\n\
+         echo done",
+        c = common.display(),
+        a = admin.display(),
+        k = checkout.display()
+    );
+    let out = sup.ccctl(&["tool", &run, "bash", "--", &script]);
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.contains("done"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("STATUS-OK") && stdout.contains("COMMITTED"), "git does not work:\n{stdout}\n{stderr}");
+    assert!(!stdout.contains("WROTE") && !stdout.contains("READ-"), "{stdout}");
+    assert_eq!(std::fs::read(common.join("config")).unwrap(), config_before);
+    assert!(!common.join("commondir").exists() && !common.join("hooks/pre-commit").exists());
+    assert_eq!(git(&checkout, &["log", "-1", "--format=%s", &format!("cc/{conversation}")]).trim(), "in the worktree");
+}

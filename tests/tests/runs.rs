@@ -358,3 +358,30 @@ fn conversation_rm_removes_a_tree_of_any_depth() {
         std::fs::read_dir(f.sup.data_dir.join("conversations")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// Issue 16, item 1: a link the agent plants where sandboxd would have had to follow
+/// it refuses the next bash call in one line naming it, and becomes a sandbox_violation
+/// event of the run; once the link is gone, the run goes on.
+#[test]
+fn a_planted_git_link_refuses_the_next_call_and_is_a_violation_event() {
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    let out = f.tool(&run, &["bash", "--", "ln -s / .git/modules && echo planted"]);
+    assert!(text(&out).0.contains("planted"), "{}", text(&out).1);
+    let out = f.tool(&run, &["bash", "--", "echo ran"]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success() && !stdout.contains("ran"), "{stdout}");
+    let link = f.copy().join(".git/modules");
+    assert!(stderr.contains(&format!("{} is a symlink", link.display())), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    let events = text(&f.sup.ccctl(&["--json", "events"])).0;
+    let violation = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "sandbox_violation")
+        .unwrap_or_else(|| panic!("no sandbox_violation event:\n{events}"));
+    assert_eq!(violation["subject"], format!("run:{run}"));
+    assert_eq!(violation["payload"]["attempted"], link.to_str().unwrap(), "{violation}");
+    std::fs::remove_file(&link).unwrap();
+    assert_eq!(text(&f.tool(&run, &["bash", "--", "echo ran"])).0, "ran\n");
+}

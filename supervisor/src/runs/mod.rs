@@ -157,6 +157,14 @@ pub fn sandbox_policy(
         env,
         bridges: vec![],
         runner_socket_dir: runner_socket_dir.map(path_bytes).unwrap_or_default(),
+        shared_git: paths
+            .shared_git
+            .iter()
+            .map(|(common, worktree)| sb::SharedGitDir {
+                common_dir: path_bytes(common),
+                worktree_dir: path_bytes(worktree),
+            })
+            .collect(),
     }
 }
 

@@ -12,6 +12,13 @@ fn worktree_name(conversation: &str, repo: &str) -> String {
     format!("cc-{conversation}-{repo}")
 }
 
+/// The git directory a conversation's worktree of `checkout` uses inside the
+/// registered repository (`<checkout>/.git/worktrees/<name>`). Computed, never read
+/// from the worktree's `.git` file, which is the agent's to rewrite.
+pub fn worktree_git_dir(checkout: &Path, conversation: &str, repo: &str) -> std::path::PathBuf {
+    checkout.join(".git").join("worktrees").join(worktree_name(conversation, repo))
+}
+
 /// Adds a worktree of `checkout` at `target` on a new branch; returns the branch name.
 pub fn add_worktree(checkout: &Path, target: &Path, conversation: &str, repo: &str) -> Result<String, WorktreeError> {
     let repository = Repository::open(checkout)?;
