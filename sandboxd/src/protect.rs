@@ -170,18 +170,22 @@ impl Walk {
             beneath::create_file(git, "config.worktree", b"");
         }
         for name in GIT_DIR_VECTORS {
-            match beneath::entry_at(git, OsStr::new(name)) {
-                Ok(Entry::Link) => {
-                    return Err(ProtectError::Link {
-                        path: path.join(name),
-                        what: "a git code-execution vector, a real file or directory,",
-                    });
-                }
-                Ok(Entry::Missing) | Err(_) => {}
-                Ok(_) => self.protected.push(path.join(name)),
-            }
+            self.protect(git, path, name, "a git code-execution vector, a real file or directory,")?;
         }
         Ok(())
+    }
+
+    /// Adds `name` in `dir` to the protected paths when it exists; a link there refuses
+    /// the launch (git and shells would follow it).
+    fn protect(&mut self, dir: &OwnedFd, path: &Path, name: &str, what: &'static str) -> Result<(), ProtectError> {
+        match beneath::entry_at(dir, OsStr::new(name)) {
+            Ok(Entry::Link) => Err(ProtectError::Link { path: path.join(name), what }),
+            Ok(Entry::Missing) | Err(_) => Ok(()),
+            Ok(_) => {
+                self.protected.push(path.join(name));
+                Ok(())
+            }
+        }
     }
 
     /// The shell start-up files in HOME (`below` the root `root_dir`), when HOME is in
@@ -201,16 +205,7 @@ impl Walk {
             if self.create {
                 beneath::create_file(&home_dir, rc, b"");
             }
-            match beneath::entry_at(&home_dir, OsStr::new(rc)) {
-                Ok(Entry::Link) => {
-                    return Err(ProtectError::Link {
-                        path: home.join(rc),
-                        what: "a shell start-up file, a real file,",
-                    });
-                }
-                Ok(Entry::Missing) | Err(_) => {}
-                Ok(_) => self.protected.push(home.join(rc)),
-            }
+            self.protect(&home_dir, home, rc, "a shell start-up file, a real file,")?;
         }
         Ok(())
     }

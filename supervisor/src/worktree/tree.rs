@@ -451,13 +451,7 @@ pub fn give_tree(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32), depth: usi
     let kind = file_kind(st.st_mode);
     if kind == SFlag::S_IFDIR {
         let child = openat(dir, name, DIR_FLAGS, Mode::empty())?;
-        let names: Vec<std::ffi::OsString> = Dir::from_fd(child.try_clone()?)?
-            .iter()
-            .filter_map(Result::ok)
-            .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_owned())
-            .filter(|n| n != "." && n != "..")
-            .collect();
-        for entry in names {
+        for entry in names_in(&child)? {
             give_tree(&child, &entry, (uid, gid), depth + 1)?;
         }
     } else if kind == SFlag::S_IFREG && st.st_nlink > 1 {
@@ -558,13 +552,7 @@ fn move_to_top(top: &OwnedFd, dir: &OwnedFd, name: &OsStr, moved_up: &mut u64) -
 }
 
 fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
-    let mut listing = Dir::from_fd(dir.try_clone()?)?;
-    Ok(listing
-        .iter()
-        .filter_map(Result::ok)
-        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_owned())
-        .filter(|n| n != "." && n != "..")
-        .collect())
+    Ok(cc_sandboxd::beneath::names(dir)?)
 }
 
 #[cfg(test)]
