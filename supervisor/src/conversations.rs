@@ -307,9 +307,18 @@ impl Conversations {
             let branch = match backend {
                 Backend::Reflink | Backend::Copy => {
                     let mode = if backend == Backend::Reflink { CloneMode::Reflink } else { CloneMode::Copy };
-                    worktree::clone_tree(&repo.resolved_path, &target, mode, &on_tree).map_err(provision_err)?;
+                    let owner = nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED);
+                    worktree::clone_tree(&repo.resolved_path, &target, mode, owner, &on_tree).map_err(provision_err)?;
                     worktree::verify_clone(&target).map_err(provision_err)?;
-                    give_to_service_user(repos_dir, &repo.name).map_err(provision_err)?;
+                    if let Some(owner) = owner {
+                        let give = WorktreeError::io("give to the service user", &target);
+                        let repos = fs::File::open(repos_dir)
+                            .map_err(WorktreeError::io("open", repos_dir))
+                            .map_err(provision_err)?;
+                        worktree::give_top(&repos.into(), std::ffi::OsStr::new(&repo.name), owner)
+                            .map_err(give)
+                            .map_err(provision_err)?;
+                    }
                     None
                 }
                 Backend::GitWorktree => {
@@ -488,11 +497,12 @@ fn now() -> i64 {
     unix_ms(SystemTime::now())
 }
 
-/// As root, a copy is given to the unprivileged service user that every launch of its
-/// agents runs as (sandboxd launches as the owner of the working directory), once it is
-/// made and verified (git refuses to open a repository of someone else's) and before
-/// any agent process exists: nothing privileged ever walks it once an agent can write
-/// it. The walk follows no link all the same ([`worktree::give_tree`]).
+/// As root, a git worktree (and its git directory in the registered repository) is
+/// given to the unprivileged service user that every launch of its agents runs as
+/// (sandboxd launches as the owner of the working directory), before any agent process
+/// exists: nothing privileged ever walks it once an agent can write it. The walk
+/// follows no link all the same ([`worktree::give_tree`]). Copies are given as they are
+/// made ([`worktree::clone_tree`]).
 fn give_to_service_user(repos_dir: &Path, name: &str) -> Result<(), WorktreeError> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(());

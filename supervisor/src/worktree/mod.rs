@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use preflight::{check_reflink, filesystem_name};
-pub use tree::{CloneMode, TreeEvent, TreeStats, clone_tree, give_tree, remove_tree};
+pub use tree::{CloneMode, TreeEvent, TreeStats, clone_tree, give_top, give_tree, remove_tree};
 pub use worktree_git::{add_worktree, remove_worktree, undo_worktree, worktree_git_dir};
 
 mod verify;

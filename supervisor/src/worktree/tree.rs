@@ -63,10 +63,19 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::
 
 /// Clones `source` into `target`, which must not exist yet (its parent must).
 /// On error, `target` is left for the caller to remove.
+///
+/// `give_to`: as root, every copied entry is owned by this user instead of keeping its
+/// owner (the service user that runs the conversation's agents), set-id bits dropped:
+/// the copy is theirs before any agent process exists, so that nothing privileged has
+/// to walk it once an agent can write it. All but the target itself and its top-level
+/// `.git`, which stay ours: git refuses to open a repository whose top or git directory
+/// is someone else's, and the copy is verified with git before the caller gives those
+/// two away ([`give_top`]).
 pub fn clone_tree(
     source: &Path,
     target: &Path,
     mode: CloneMode,
+    give_to: Option<(u32, u32)>,
     progress: &(dyn Fn(TreeEvent) + Sync),
 ) -> Result<TreeStats, WorktreeError> {
     let source_root = open_dir_path(source)?;
@@ -80,7 +89,7 @@ pub fn clone_tree(
     let target_root = open_dir_path(target)?;
     progress(TreeEvent::Planned { files: files_total });
     let mut walk = Walk {
-        who: Identity::current(),
+        who: Identity { give_to, ..Identity::current() },
         mode,
         progress,
         stats: TreeStats::default(),
@@ -89,7 +98,7 @@ pub fn clone_tree(
         target: target.to_owned(),
     };
     walk.directory(&source_root, &target_root, Path::new(""), 0)?;
-    walk.finish_dir(&target_root, &root_stat, target)?;
+    walk.finish_dir(&target_root, &root_stat, target, false)?;
     progress(TreeEvent::Cloned { files_done: walk.stats.files, files_total: walk.stats.files });
     Ok(walk.stats)
 }
@@ -131,7 +140,8 @@ impl Walk<'_> {
                         openat(from, name, DIR_FLAGS, Mode::empty()).map_err(|e| errno("open", &src())(e))?;
                     let child_to = openat(to, name, DIR_FLAGS, Mode::empty()).map_err(|e| errno("open", &dst())(e))?;
                     self.directory(&child_from, &child_to, &child, depth + 1)?;
-                    self.finish_dir(&child_to, &st, &dst())?;
+                    let keep_ours = depth == 0 && name.to_bytes() == b".git";
+                    self.finish_dir(&child_to, &st, &dst(), !keep_ours)?;
                     self.stats.dirs += 1;
                 }
                 SFlag::S_IFREG => {
@@ -148,8 +158,8 @@ impl Walk<'_> {
                 SFlag::S_IFLNK => {
                     let link = readlinkat(from, name).map_err(|e| errno("read link", &src())(e))?;
                     symlinkat(link.as_os_str(), to, name).map_err(|e| errno("create link", &dst())(e))?;
-                    if self.who.needs_chown(st.st_uid, st.st_gid) {
-                        let (uid, gid) = (Uid::from_raw(st.st_uid), Gid::from_raw(st.st_gid));
+                    if let Some((uid, gid)) = self.who.chown_to(st.st_uid, st.st_gid, true) {
+                        let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
                         fchownat(to, name, Some(uid), Some(gid), AtFlags::AT_SYMLINK_NOFOLLOW)
                             .map_err(|e| errno("set the owner of", &dst())(e))?;
                     }
@@ -191,13 +201,14 @@ impl Walk<'_> {
                 source: std::io::Error::other("it was replaced while the checkout was being copied; retry"),
             });
         }
-        let wanted = st.st_mode & 0o7777;
+        let wanted = st.st_mode & self.who.kept_mode_bits();
         // Created with its final mode when the umask lets it through: one syscall fewer.
         let exact = wanted & !0o777 == 0 && wanted & self.who.umask == 0;
         let output = self.clone_data(input, to, name, &src, &dst, if exact { wanted } else { 0o600 })?;
-        let chowned = self.who.needs_chown(st.st_uid, st.st_gid);
-        if chowned {
-            std::os::unix::fs::fchown(&output, Some(st.st_uid), Some(st.st_gid))
+        let owner = self.who.chown_to(st.st_uid, st.st_gid, true);
+        let chowned = owner.is_some();
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&output, Some(uid), Some(gid))
                 .map_err(WorktreeError::io("set the owner of", &dst))?;
         }
         // After the owner: chown clears set-uid bits.
@@ -267,13 +278,14 @@ impl Walk<'_> {
 
     /// Mode, owner and times of a directory, once everything in it exists (creating
     /// entries changes its mtime, and a read-only directory would refuse its children).
-    fn finish_dir(&self, dir: &OwnedFd, st: &FileStat, path: &Path) -> Result<(), WorktreeError> {
+    /// `give`: whether `give_to` applies (not to the top and its `.git`).
+    fn finish_dir(&self, dir: &OwnedFd, st: &FileStat, path: &Path, give: bool) -> Result<(), WorktreeError> {
         let dir = File::from(dir.try_clone().map_err(WorktreeError::io("open", path))?);
-        if self.who.needs_chown(st.st_uid, st.st_gid) {
-            std::os::unix::fs::fchown(&dir, Some(st.st_uid), Some(st.st_gid))
+        if let Some((uid, gid)) = self.who.chown_to(st.st_uid, st.st_gid, give) {
+            std::os::unix::fs::fchown(&dir, Some(uid), Some(gid))
                 .map_err(WorktreeError::io("set the owner of", path))?;
         }
-        dir.set_permissions(fs::Permissions::from_mode(st.st_mode & 0o7777))
+        dir.set_permissions(fs::Permissions::from_mode(st.st_mode & self.who.kept_mode_bits()))
             .map_err(WorktreeError::io("set the mode of", path))?;
         dir.set_times(file_times(st)).map_err(WorktreeError::io("set the times of", path))
     }
@@ -373,12 +385,15 @@ fn timespecs(st: &FileStat) -> (TimeSpec, TimeSpec) {
     (TimeSpec::new(st.st_atime, st.st_atime_nsec), TimeSpec::new(st.st_mtime, st.st_mtime_nsec))
 }
 
-/// Who we are, for deciding which metadata calls a clone can skip.
+/// Who we are, for deciding which metadata calls a clone can skip, and whom the copy
+/// is for.
 struct Identity {
     root: bool,
     uid: u32,
     gid: u32,
     umask: u32,
+    /// Every entry's owner instead of its source's (see [`clone_tree`]).
+    give_to: Option<(u32, u32)>,
 }
 
 impl Identity {
@@ -388,12 +403,22 @@ impl Identity {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
             umask: current_umask(),
+            give_to: None,
         }
     }
 
-    /// Only root can give a file away, and only a different owner needs it.
-    fn needs_chown(&self, uid: u32, gid: u32) -> bool {
-        self.root && (uid != self.uid || gid != self.gid)
+    /// The owner to set on the copy of an entry owned by `uid:gid`, when one must be
+    /// set: only root can give a file away, and only a different owner needs it.
+    /// `give`: whether `give_to` applies to this entry.
+    fn chown_to(&self, uid: u32, gid: u32, give: bool) -> Option<(u32, u32)> {
+        let (uid, gid) = self.give_to.filter(|_| give).unwrap_or((uid, gid));
+        (self.root && (uid != self.uid || gid != self.gid)).then_some((uid, gid))
+    }
+
+    /// The mode bits a copy keeps: all, or without set-uid and set-gid when it is
+    /// given to someone else.
+    fn kept_mode_bits(&self) -> u32 {
+        if self.give_to.is_some() { 0o1777 } else { 0o7777 }
     }
 }
 
@@ -435,6 +460,20 @@ fn special_kind(mode: u32) -> &'static str {
         SFlag::S_IFCHR => "character device",
         _ => "special file",
     }
+}
+
+/// Gives the copy `name` in `dir` and its `.git` directory, the two entries
+/// [`clone_tree`] leaves ours, to `owner`; each through a handle opened without
+/// following a link.
+pub fn give_top(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
+    let top = openat(dir, name, DIR_FLAGS, Mode::empty())?;
+    match openat(&top, ".git", DIR_FLAGS, Mode::empty()) {
+        Ok(git) => nix::unistd::fchown(&git, uid, gid)?,
+        Err(nix::Error::ENOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(nix::unistd::fchown(&top, uid, gid)?)
 }
 
 /// Gives `name` in `dir`, and everything below it, to `owner`, never following a link:
@@ -580,7 +619,7 @@ mod tests {
         let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
         sample_tree(&src);
         let events = std::sync::Mutex::new(Vec::new());
-        let stats = clone_tree(&src, &dst, CloneMode::Copy, &|e| events.lock().unwrap().push(e)).unwrap();
+        let stats = clone_tree(&src, &dst, CloneMode::Copy, None, &|e| events.lock().unwrap().push(e)).unwrap();
         assert_eq!(stats.files, 4);
         assert_eq!(stats.symlinks, 3);
         assert_eq!(stats.skipped, 1);
@@ -609,7 +648,35 @@ mod tests {
         let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
         sample_tree(&src);
         fs::create_dir(&dst).unwrap();
-        assert!(clone_tree(&src, &dst, CloneMode::Copy, &|_| {}).is_err());
+        assert!(clone_tree(&src, &dst, CloneMode::Copy, None, &|_| {}).is_err());
+    }
+
+    /// Issue 16, item 2: as root, the copy is the service user's as it is made, but
+    /// for its top and `.git`, which git needs to be ours to verify; `give_top` gives
+    /// those; set-id bits do not survive being given away.
+    #[test]
+    fn a_copy_is_given_away_as_it_is_made() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+        fs::create_dir_all(src.join(".git/objects")).unwrap();
+        fs::create_dir_all(src.join("a/b")).unwrap();
+        fs::write(src.join("a/b/f"), "x").unwrap();
+        fs::write(src.join("suid"), "x").unwrap();
+        fs::set_permissions(src.join("suid"), fs::Permissions::from_mode(0o4755)).unwrap();
+        std::os::unix::fs::symlink("a", src.join("link")).unwrap();
+        clone_tree(&src, &dst, CloneMode::Copy, Some((65534, 65534)), &|_| {}).unwrap();
+        let uid = |p: &str| fs::symlink_metadata(dst.join(p)).unwrap().uid();
+        for given in ["a", "a/b", "a/b/f", ".git/objects", "link", "suid"] {
+            assert_eq!(uid(given), 65534, "{given}");
+        }
+        assert_eq!((uid(""), uid(".git")), (0, 0), "the top and .git wait for give_top");
+        assert_eq!(fs::metadata(dst.join("suid")).unwrap().mode() & 0o7777, 0o755);
+        let parent = open_dir_path(tmp.path()).unwrap();
+        give_top(&parent, OsStr::new("dst"), (65534, 65534)).unwrap();
+        assert_eq!((uid(""), uid(".git")), (65534, 65534));
     }
 
     /// Issue 16, item 5: any depth, by handle, with at most REMOVE_DEPTH directories
