@@ -7,7 +7,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 /// The domain every reason of ours is scoped to.
-pub const DOMAIN: &str = "control-center";
+pub const DOMAIN: &str = "cc.dev";
 
 /// sandboxd refused a launch because a link sits where privileged code would have
 /// had to follow it inside a run's roots (metadata `path`): a sandbox violation.

@@ -250,10 +250,12 @@ impl Envelope<'_> {
         a.flag("--chdir").arg(&self.policy.work_dir);
         let mut init = Args::default();
         init.arg(INIT_INSIDE);
+
         if self.kind == Kind::Runner {
             // The runner serves its own socket, and nothing else: it needs AF_UNIX,
             // no bridges, and runs no command of the caller's.
             init.flag("--allow-unix");
+            init.checks(&a.checks);
             return BwrapCommand {
                 options: a.options,
                 init: init.options,
@@ -264,6 +266,7 @@ impl Envelope<'_> {
         for port in self.policy.bridges.keys() {
             init.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}.sock"));
         }
+        init.checks(&a.checks);
         BwrapCommand { options: a.options, init: init.options, command: self.argv.to_vec(), bound: a.bound }
     }
 }
@@ -287,6 +290,9 @@ struct Args {
     options: Vec<OsString>,
     by_descriptor: bool,
     bound: Vec<PathBuf>,
+    /// Every path bound inside the roots, and whether read-only: our init checks each
+    /// as the envelope shows it (`--check-ro`, `--check-rw`).
+    checks: Vec<(PathBuf, bool)>,
 }
 
 impl Args {
@@ -304,9 +310,22 @@ impl Args {
     fn bind(&mut self, how: &str, from: &Path, to: &Path) {
         self.flag(how).arg(from).arg(to);
     }
+    /// Our init's `--check-ro`/`--check-rw` for every path bound inside the roots; a
+    /// path bound twice (a root that is also a pinned directory) as the last bind left it.
+    fn checks(&mut self, bound: &[(PathBuf, bool)]) {
+        let mut last: BTreeMap<&PathBuf, bool> = BTreeMap::new();
+        for (path, read_only) in bound {
+            last.insert(path, *read_only);
+        }
+        for (path, read_only) in last {
+            self.flag(if read_only { "--check-ro" } else { "--check-rw" }).arg(path);
+        }
+    }
+
     /// A path inside the run's roots, bound at itself: by descriptor for a launch, by
     /// path for an explanation.
     fn bind_inside_roots(&mut self, writable: bool, path: &Path) {
+        self.checks.push((path.to_owned(), !writable));
         if self.by_descriptor {
             let fd = FIRST_BOUND_FD + self.bound.len() as i32;
             self.flag(if writable { "--bind-fd" } else { "--ro-bind-fd" }).arg(fd.to_string()).arg(path);
@@ -369,6 +388,40 @@ mod tests {
         e.bwrap_args().into_iter().map(|a| a.into_string().unwrap()).collect()
     }
 
+    /// The argv without our init's checks of what is bound (tested on their own).
+    fn without_checks(args: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if a == "--check-ro" || a == "--check-rw" {
+                it.next();
+            } else {
+                out.push(a.clone());
+            }
+        }
+        out
+    }
+
+    /// Every path bound inside the roots is checked by our init, read-only ones as
+    /// read-only, once each.
+    #[test]
+    fn our_init_checks_every_path_bound_inside_the_roots() {
+        let hooks = PathBuf::from("/d/conversations/c1/repos/demo/.git/hooks");
+        let a = args(Kind::Overlay, std::slice::from_ref(&hooks));
+        let init = &a[a.iter().rposition(|x| x == INIT_INSIDE).unwrap()..];
+        for (flag, path) in [
+            ("--check-rw", "/d/conversations/c1/repos"),
+            ("--check-rw", "/d/conversations/c1/repos/demo/.git"),
+            ("--check-ro", "/d/conversations/c1/repos/demo/.git/hooks"),
+            ("--check-ro", "/d/conversations/c1/repos/demo/.git/config"),
+            ("--check-ro", "/d/conversations/c1/agents/a/config"),
+        ] {
+            assert_eq!(init.windows(2).filter(|w| w[1] == path).count(), 1, "{path}: {init:?}");
+            assert!(position(init, &[flag, path]).is_some(), "{flag} {path}: {init:?}");
+        }
+        assert!(!init.iter().any(|x| x.starts_with("/usr") || x == "/home/me/src/demo"), "{init:?}");
+    }
+
     fn position(args: &[String], window: &[&str]) -> Option<usize> {
         args.windows(window.len()).position(|w| w.iter().zip(window).all(|(a, b)| a == b))
     }
@@ -385,6 +438,7 @@ mod tests {
         assert!(!writable.iter().any(|w| w.ends_with("repos/demo")), "{writable:?}");
         assert!(!a.iter().any(|x| x.contains("agents/a/config")), "the agent's config is not the runner's");
         assert!(position(&a, &["--ro-bind", "/opt/cc/cc-runner", RUNNER_INSIDE]).is_some());
+        let a = without_checks(&a);
         assert!(a.ends_with(&[INIT_INSIDE.into(), "--allow-unix".into(), "--".into(), RUNNER_INSIDE.into()]), "{a:?}");
         assert!(!a.iter().any(|x| x == "echo hi"), "no command of the caller's");
         for flag in ["--unshare-net", "--unshare-pid", "--unshare-user", "--die-with-parent", "--clearenv"] {
@@ -590,7 +644,7 @@ mod tests {
     fn bridges_are_bound_and_handed_to_init() {
         let mut p = policy();
         p.bridges.insert(41001, "/d/sock/runs/r1/proxy.sock".into());
-        let a = bare_args(&p);
+        let a = without_checks(&bare_args(&p));
         assert!(position(&a, &["--ro-bind", "/d/sock/runs/r1/proxy.sock", "/run/cc/bridges/41001.sock"]).is_some());
         let tail = &a[a.iter().rposition(|x| x == INIT_INSIDE).unwrap()..];
         assert_eq!(tail, [INIT_INSIDE, "--bridge", "41001=/run/cc/bridges/41001.sock", "--", "true"]);
@@ -598,7 +652,7 @@ mod tests {
 
     #[test]
     fn the_command_runs_under_our_init() {
-        let a = args(Kind::HarnessBash, &[]);
+        let a = without_checks(&args(Kind::HarnessBash, &[]));
         let tail = &a[a.iter().position(|x| x == "--").unwrap()..];
         assert_eq!(tail, ["--", INIT_INSIDE, "--", "sh", "-c", "echo hi"]);
         assert!(position(&a, &["--ro-bind", "/opt/cc/cc-sandboxd", INIT_INSIDE]).is_some());

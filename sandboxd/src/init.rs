@@ -1,7 +1,12 @@
-//! Our init: PID 1 inside every native envelope
-//! (`cc-init [--bridge PORT=SOCKET]… [--allow-unix] (-- CMD… | --command-stdin)`).
+//! Our init: PID 1 inside every native envelope (`cc-init [--bridge PORT=SOCKET]…
+//! [--allow-unix] [--check-ro PATH]… [--check-rw PATH]… (-- CMD… | --command-stdin)`).
 //!
 //! In order:
+//! 0. check that every path bound inside the run's roots is where it must be: reached
+//!    from `/` with no link at all, and, for `--check-ro`, on a read-only mount.
+//!    bubblewrap mounts exactly the descriptors sandboxd opened, but places each by
+//!    path; a directory swapped for a link at that instant would put a protection
+//!    somewhere else. Then the command does not run;
 //! 1. set `no_new_privs`;
 //! 2. block the signals it forwards (every thread it starts inherits the mask);
 //! 3. install the seccomp filter on ourselves, so that the command inherits it (or
@@ -25,7 +30,7 @@
 use std::ffi::{OsStr, OsString};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -67,13 +72,21 @@ pub fn main(args: &[OsString]) -> ExitCode {
     // Only the runner kind passes it: the runner serves its own unix socket.
     let mut allow_unix = false;
     let mut command_stdin = false;
+    let mut checks: Vec<(PathBuf, bool)> = Vec::new();
     let mut options = options.iter();
     while let Some(option) = options.next() {
         match option.to_str() {
             Some("--allow-unix") => allow_unix = true,
             Some("--command-stdin") => command_stdin = true,
             Some("--bridge") if let Some(value) = options.next() => bridge_args.push(value.clone()),
+            Some("--check-ro") if let Some(path) = options.next() => checks.push((PathBuf::from(path), true)),
+            Some("--check-rw") if let Some(path) = options.next() => checks.push((PathBuf::from(path), false)),
             _ => return fail(format!("unknown option {}", option.to_string_lossy())),
+        }
+    }
+    for (path, read_only) in &checks {
+        if let Err(e) = check_bound(path, *read_only) {
+            return fail(format!("{e}, refusing to run the command"));
         }
     }
     let bridges = match parse_bridges(bridge_args.iter()) {
@@ -85,7 +98,9 @@ pub fn main(args: &[OsString]) -> ExitCode {
         (None, true) => None,
         _ => {
             return fail(
-                "usage: cc-init [--bridge PORT=SOCKET]… [--allow-unix] (-- COMMAND [ARGS…] | --command-stdin)".into(),
+                "usage: cc-init [--bridge PORT=SOCKET]… [--allow-unix] [--check-ro PATH]… [--check-rw PATH]… \
+                 (-- COMMAND [ARGS…] | --command-stdin)"
+                    .into(),
             );
         }
     };
@@ -146,6 +161,27 @@ fn parse_command(bytes: &[u8]) -> Result<Option<Vec<OsString>>, String> {
         return Err("the command on stdin has an empty program".into());
     }
     Ok(Some(command))
+}
+
+/// `path` as the envelope shows it: reached from `/` without any link, and on a
+/// read-only mount when `read_only`.
+pub fn check_bound(path: &Path, read_only: bool) -> Result<(), String> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+    let relative = path.strip_prefix("/").map_err(|_| format!("{} is not absolute", path.display()))?;
+    let root = open("/", OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+        .map_err(|e| format!("cannot open /: {e}"))?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = openat2(&root, relative, how)
+        .map_err(|e| format!("{} is not where it was bound in this envelope ({e})", path.display()))?;
+    if read_only {
+        let mount = nix::sys::statvfs::fstatvfs(&fd).map_err(|e| format!("cannot inspect {}: {e}", path.display()))?;
+        if !mount.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+            return Err(format!("{} is not read-only in this envelope", path.display()));
+        }
+    }
+    Ok(())
 }
 
 /// Installs the filter on this thread, with the bridges started between its two layers
@@ -291,6 +327,22 @@ fn reap(command: Pid) -> Option<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What bubblewrap placed by path is checked as the envelope shows it: a link on
+    /// the way, a missing path, or a writable mount where a read-only bind belongs.
+    #[test]
+    fn bound_paths_are_checked_as_the_envelope_shows_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir(dir.join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+        check_bound(&dir.join("real"), false).unwrap();
+        assert!(check_bound(&dir.join("real"), true).unwrap_err().contains("is not read-only"));
+        assert!(check_bound(&dir.join("link"), false).unwrap_err().contains("is not where it was bound"));
+        assert!(check_bound(&dir.join("link/x"), false).is_err());
+        assert!(check_bound(&dir.join("missing"), false).is_err());
+        assert!(check_bound(Path::new("relative"), false).is_err());
+    }
 
     #[test]
     fn a_command_from_stdin() {

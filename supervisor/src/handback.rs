@@ -12,7 +12,6 @@
 //! command-line scope, which beats the repository's own config, and cannot be split
 //! by a crafted key the way a `-c key=value` argument could.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -74,9 +73,9 @@ fn driver_keys(listing: &[u8]) -> Vec<String> {
 
 /// Runs git in the copy (or, for a fetch, in the person's checkout) under our config.
 struct NeutralGit {
-    /// A global config of ours: `safe.directory` for the copy (as root, it belongs to
-    /// the service user), so that git agrees to look at it.
-    _home: tempfile::TempDir,
+    /// HOME for git, holding a global config of ours: `safe.directory` for the copy
+    /// (as root, it belongs to the service user), so that git agrees to look at it.
+    home: tempfile::TempDir,
     global: PathBuf,
     overrides: Vec<(String, String)>,
 }
@@ -104,7 +103,7 @@ impl NeutralGit {
         ] {
             overrides.push((key.to_owned(), value.to_owned()));
         }
-        let mut git = Self { _home: home, global, overrides };
+        let mut git = Self { home, global, overrides };
         // The copy's own filter and diff drivers, as git itself reads them (includes
         // and includeIf resolved), each set to nothing.
         let listing = git.run(copy, &["config", "--list", "-z"], "config --list")?;
@@ -119,7 +118,7 @@ impl NeutralGit {
         c.arg("-C").arg(dir).arg("--no-pager").args(args);
         c.env_clear()
             .env("PATH", cc_sandboxd::environment::SYSTEM_PATH)
-            .env("HOME", self._home.path())
+            .env("HOME", self.home.path())
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", &self.global)
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -193,6 +192,9 @@ fn last_line(stderr: &[u8]) -> String {
 /// checkout's HEAD part, so the agent's commits and its uncommitted work both show),
 /// then every untracked file as new. No external diff, no textconv, no filter runs.
 pub fn diff(copy: &Path, checkout: &Path, base: Option<&str>) -> Result<Vec<u8>, HandbackError> {
+    if let Some(b) = base.filter(|b| b.is_empty() || b.starts_with('-')) {
+        return Err(HandbackError::Refused(format!("{b:?} is not a revision")));
+    }
     let git = NeutralGit::new(copy)?;
     let base = match base {
         Some(b) => b.to_owned(),
@@ -247,12 +249,11 @@ pub fn fetch(copy: &Path, checkout: &Path, branch: &str) -> Result<Fetched, Hand
     }
     let head = git.run(copy, &["rev-parse", "--verify", "HEAD^{commit}"], "rev-parse in the copy")?;
     let commit = String::from_utf8_lossy(&head.stdout).trim().to_owned();
-    let copy_arg: OsString = copy.as_os_str().to_owned();
     let refspec = format!("HEAD:refs/heads/{branch}");
-    let source = copy_arg.to_string_lossy().into_owned();
+    let source = copy.to_str().ok_or_else(|| HandbackError::Refused("the copy's path is not UTF-8".into()))?;
     git.run(
         checkout,
-        &["fetch", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--", &source, &refspec],
+        &["fetch", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--", source, &refspec],
         "fetch",
     )?;
     Ok(Fetched { branch: branch.to_owned(), commit })

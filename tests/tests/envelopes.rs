@@ -279,7 +279,7 @@ async fn nothing_of_a_launch_outlives_it() {
 fn init_running(needle: &str) -> Option<i32> {
     std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
         let cmdline = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
-        (cmdline.starts_with("/run/cc/init -- ") && cmdline.contains(needle))
+        (cmdline.starts_with("/run/cc/init ") && cmdline.contains(" -- ") && cmdline.contains(needle))
             .then(|| e.file_name().to_str()?.parse().ok())?
     })
 }
@@ -589,7 +589,8 @@ async fn as_an_unprivileged_user_the_envelope_holds_too() {
     assert_eq!(std::fs::metadata(w.repo.join("inside")).unwrap().uid(), NOBODY, "written as the unprivileged user");
     // The next launch takes the envelope made, as the same user, when this one ended.
     let again = run(&mut client, "r1", BASH, &format!("tr '\\0' ' ' < /proc/1/cmdline; echo; {script}")).await;
-    assert!(again.stdout.starts_with("/run/cc/init --command-stdin"), "{}\n{}", again.stdout, again.stderr);
+    let init_line = again.stdout.lines().next().unwrap_or_default();
+    assert!(init_line.starts_with("/run/cc/init ") && init_line.contains("--command-stdin"), "{}", again.stdout);
     assert!(!again.stdout.contains("WROTE") && !again.stdout.contains("ESCAPED"), "{}", again.stdout);
     assert!(again.stdout.contains("CapEff:\t0000000000000000"));
     assert_eq!(snapshot(&w.checkout), before);
@@ -792,4 +793,43 @@ async fn socketpair_datagrams_are_refused_and_stream_pairs_kept() {
     assert!(out.stdout.contains("stream ping"), "{}", out.stdout);
     let mut buf = [0u8; 16];
     assert!(listener.recv(&mut buf).is_err(), "a datagram reached the host socket");
+}
+
+/// Issue 16, item 1: bubblewrap places each bind by path. Our init checks, inside the
+/// envelope and before the command, that every path bound inside the roots is reached
+/// with no link and that the read-only ones are: otherwise the command never runs.
+#[test]
+fn our_init_refuses_to_run_when_a_bound_path_is_not_as_bound() {
+    if !cc_tests::privileged("running bubblewrap") {
+        return;
+    }
+    let init = cc_tests::bin("cc-init");
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/usr", tmp.path().join("link")).unwrap();
+    let link = tmp.path().join("link");
+    let run = |checks: &[&str]| {
+        std::process::Command::new("bwrap")
+            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind"])
+            .arg(tmp.path())
+            .arg(tmp.path())
+            .args(["--unshare-pid", "--as-pid-1", "--"])
+            .arg(&init)
+            .args(checks)
+            .args(["--", "/bin/echo", "ran"])
+            .output()
+            .unwrap()
+    };
+    let tmp_path = tmp.path().to_str().unwrap();
+    let ok = run(&["--check-ro", "/usr", "--check-rw", tmp_path]);
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "ran\n", "{}", String::from_utf8_lossy(&ok.stderr));
+    for (checks, why) in [
+        (vec!["--check-ro", tmp_path], "is not read-only"),
+        (vec!["--check-rw", link.to_str().unwrap()], "is not where it was bound"),
+        (vec!["--check-ro", "/nonexistent-cc"], "is not where it was bound"),
+    ] {
+        let out = run(&checks);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{checks:?}: {stderr}");
+        assert!(out.stdout.is_empty() && stderr.contains(why) && stderr.contains("refusing to run"), "{stderr}");
+    }
 }
