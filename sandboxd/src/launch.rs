@@ -571,9 +571,11 @@ pub fn service_user(policy: &RunPolicy) -> Option<(u32, u32)> {
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::metadata(&policy.work_dir) {
-        Ok(m) if m.uid() != 0 => Some((m.uid(), m.gid())),
+    // By handle, like every look into the run's roots: the working directory lies in
+    // `repos/`, which the agent writes.
+    let owner = crate::beneath::open_dir_no_links(&policy.work_dir).and_then(|dir| nix::sys::stat::fstat(&dir));
+    match owner {
+        Ok(st) if st.st_uid != 0 => Some((st.st_uid, st.st_gid)),
         _ => Some(crate::probe::UNPRIVILEGED),
     }
 }
