@@ -341,7 +341,7 @@ async fn the_environment_is_sanitized_whatever_is_passed() {
         ("LD_LIBRARY_PATH", "/x"),
         ("BASH_ENV", "/x"),
         // A PATH with a directory under someone's home (issue 16, item 5).
-        ("PATH", "/root/.cargo/bin:/home/me/bin:/usr/bin:/bin"),
+        ("PATH", "/home/me/.cargo/bin:/home/me/bin:/usr/bin:/bin"),
     ];
     let Some((_sbx, mut client)) = native(&w, &env).await else { return };
     let out = run(&mut client, "r1", OVERLAY, "env").await;
