@@ -228,17 +228,9 @@ impl Launcher {
             found.extend(protect::shared_vectors(&p.policy.shared_git)?);
             Ok(found)
         });
-        found.map_err(|e| {
-            let message = format!("refusing to launch: {e}");
-            match &e {
-                protect::ProtectError::Link { path, .. } => reasons::refusal(
-                    tonic::Code::FailedPrecondition,
-                    message,
-                    reasons::LINK_IN_ROOT,
-                    &[("path", path.to_string_lossy().into_owned())],
-                ),
-                protect::ProtectError::Root { .. } => Status::failed_precondition(message),
-            }
+        found.map_err(|e| match &e {
+            protect::ProtectError::Link { path, .. } => link_refusal(&e, path),
+            protect::ProtectError::Root { .. } => Status::failed_precondition(format!("refusing to launch: {e}")),
         })
     }
 
@@ -547,18 +539,21 @@ impl Launcher {
 /// registered roots with no link followed ([`crate::beneath::open_bound`]).
 #[cfg(target_os = "linux")]
 fn open_bound(policy: &RunPolicy, envelope: &BwrapCommand) -> Result<Vec<std::os::fd::OwnedFd>, Status> {
-    crate::beneath::open_bound(&policy.identities, &envelope.bound).map_err(|e| {
-        let message = format!("refusing to launch: {e}");
-        match &e {
-            crate::beneath::BindError::Link { path } => reasons::refusal(
-                tonic::Code::FailedPrecondition,
-                message,
-                reasons::LINK_IN_ROOT,
-                &[("path", path.to_string_lossy().into_owned())],
-            ),
-            _ => Status::failed_precondition(message),
-        }
+    crate::beneath::open_bound(&policy.identities, &envelope.bound).map_err(|e| match &e {
+        crate::beneath::BindError::Link { path } => link_refusal(&e, path),
+        _ => Status::failed_precondition(format!("refusing to launch: {e}")),
     })
+}
+
+/// A launch refused for a link at `path` inside the run's roots: a refusal a client
+/// tells apart by its reason, `LINK_IN_ROOT`, with the path in its metadata.
+fn link_refusal(why: &dyn std::fmt::Display, path: &Path) -> Status {
+    reasons::refusal(
+        tonic::Code::FailedPrecondition,
+        format!("refusing to launch: {why}"),
+        reasons::LINK_IN_ROOT,
+        &[("path", path.to_string_lossy().into_owned())],
+    )
 }
 
 fn cannot_start(e: std::io::Error) -> Status {

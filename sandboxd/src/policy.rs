@@ -101,17 +101,20 @@ fn bind_root(field: &'static str, bytes: &[u8]) -> Result<Option<(PathBuf, Ident
                 .ok_or_else(|| PolicyError::NotADirectory { field, path: path.clone() })?;
             Ok(Some((path, id)))
         }
-        Err(Errno::ELOOP | Errno::EINVAL) => {
-            // Only to say where it leads; nothing is opened through it.
-            let resolved = std::fs::canonicalize(&path).unwrap_or_default();
-            Err(PolicyError::CrossesSymlink { field, path, resolved })
-        }
-        Err(Errno::ENOTDIR) if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_symlink()) => {
-            Err(PolicyError::NotADirectory { field, path })
-        }
-        Err(Errno::ENOTDIR) => {
-            let resolved = std::fs::canonicalize(&path).unwrap_or_default();
-            Err(PolicyError::CrossesSymlink { field, path, resolved })
+        // A link on the way, or something that is not a directory: which one, and where
+        // the link leads, is read from the parent's handle (a link further up leads
+        // nowhere we say).
+        Err(Errno::ELOOP | Errno::EINVAL | Errno::ENOTDIR) => {
+            let last = path.file_name().map(std::ffi::OsStr::to_owned).unwrap_or_default();
+            let parent = path.parent().and_then(|p| crate::beneath::open_dir_no_links(p).ok());
+            match parent.as_ref().map(|dir| (dir, crate::beneath::entry_at(dir, &last))) {
+                Some((_, Ok(crate::beneath::Entry::Other))) => Err(PolicyError::NotADirectory { field, path }),
+                Some((dir, _)) => {
+                    let resolved = nix::fcntl::readlinkat(dir, last.as_os_str()).map(PathBuf::from).unwrap_or_default();
+                    Err(PolicyError::CrossesSymlink { field, path, resolved })
+                }
+                None => Err(PolicyError::CrossesSymlink { field, path, resolved: PathBuf::new() }),
+            }
         }
         Err(e) => Err(PolicyError::Unresolvable { field, path, reason: e.desc().to_owned() }),
     }
@@ -164,10 +167,18 @@ impl RunPolicy {
             if worktree_dir.parent() != Some(&common_dir.join("worktrees")) {
                 return Err(PolicyError::NotAWorktreeOf { common: common_dir, worktree: worktree_dir });
             }
+            // Looked at through the directory's handle: never through a link.
+            let common = crate::beneath::open_dir_no_links(&common_dir).map_err(|e| PolicyError::Unresolvable {
+                field: "shared git dir",
+                path: common_dir.clone(),
+                reason: e.desc().to_owned(),
+            })?;
             let mut writable: Vec<PathBuf> = ["objects", "refs", "logs"]
                 .iter()
+                .filter(|d| {
+                    crate::beneath::entry_at(&common, std::ffi::OsStr::new(d)) == Ok(crate::beneath::Entry::Dir)
+                })
                 .map(|d| common_dir.join(d))
-                .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
                 .collect();
             writable.push(worktree_dir.clone());
             identities.push((common_dir.clone(), id));

@@ -307,29 +307,21 @@ impl Conversations {
             let branch = match backend {
                 Backend::Reflink | Backend::Copy => {
                     let mode = if backend == Backend::Reflink { CloneMode::Reflink } else { CloneMode::Copy };
-                    let owner = nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED);
-                    worktree::clone_tree(&repo.resolved_path, &target, mode, owner, &on_tree).map_err(provision_err)?;
+                    worktree::clone_tree(&repo.resolved_path, &target, mode, service_user(), &on_tree)
+                        .map_err(provision_err)?;
                     worktree::verify_clone(&target).map_err(provision_err)?;
-                    if let Some(owner) = owner {
-                        let give = WorktreeError::io("give to the service user", &target);
-                        let repos = fs::File::open(repos_dir)
-                            .map_err(WorktreeError::io("open", repos_dir))
-                            .map_err(provision_err)?;
-                        worktree::give_top(&repos.into(), std::ffi::OsStr::new(&repo.name), owner)
-                            .map_err(give)
-                            .map_err(provision_err)?;
-                    }
+                    give_to_service_user(repos_dir, &repo.name, Give::TopOnly).map_err(provision_err)?;
                     None
                 }
                 Backend::GitWorktree => {
                     let branch =
                         worktree::add_worktree(&repo.resolved_path, &target, id, &repo.name).map_err(provision_err)?;
-                    give_to_service_user(repos_dir, &repo.name).map_err(provision_err)?;
+                    give_to_service_user(repos_dir, &repo.name, Give::Tree).map_err(provision_err)?;
                     // Its index and HEAD live in the registered repository.
                     let git_dir = worktree::worktree_git_dir(&repo.resolved_path, id, &repo.name);
                     let (worktrees, name) =
                         (git_dir.parent().unwrap_or(&git_dir), git_dir.file_name().unwrap_or_default());
-                    give_to_service_user(worktrees, &name.to_string_lossy()).map_err(provision_err)?;
+                    give_to_service_user(worktrees, &name.to_string_lossy(), Give::Tree).map_err(provision_err)?;
                     Some(branch)
                 }
             };
@@ -497,20 +489,33 @@ fn now() -> i64 {
     unix_ms(SystemTime::now())
 }
 
-/// As root, a git worktree (and its git directory in the registered repository) is
-/// given to the unprivileged service user that every launch of its agents runs as
-/// (sandboxd launches as the owner of the working directory), before any agent process
-/// exists: nothing privileged ever walks it once an agent can write it. The walk
-/// follows no link all the same ([`worktree::give_tree`]). Copies are given as they are
-/// made ([`worktree::clone_tree`]).
-fn give_to_service_user(repos_dir: &Path, name: &str) -> Result<(), WorktreeError> {
-    if !nix::unistd::geteuid().is_root() {
-        return Ok(());
+/// As root, the unprivileged service user that every launch of a conversation's agents
+/// runs as (sandboxd launches as the owner of the working directory); otherwise nobody
+/// else: what we make is ours.
+fn service_user() -> Option<(u32, u32)> {
+    nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED)
+}
+
+/// What of a copy is given to the service user after it is made.
+enum Give {
+    /// Its top and `.git`: [`worktree::clone_tree`] gave the rest as it made it.
+    TopOnly,
+    /// All of it (a git worktree, and its git directory in the registered repository,
+    /// which git wrote as us), by a walk that follows no link ([`worktree::give_tree`]).
+    Tree,
+}
+
+/// Gives `name` in `dir` to the service user, as root, before any agent process exists:
+/// nothing privileged ever walks it once an agent can write it.
+fn give_to_service_user(dir: &Path, name: &str, what: Give) -> Result<(), WorktreeError> {
+    let Some(owner) = service_user() else { return Ok(()) };
+    let handle: std::os::fd::OwnedFd = fs::File::open(dir).map_err(WorktreeError::io("open", dir))?.into();
+    let name = std::ffi::OsStr::new(name);
+    match what {
+        Give::TopOnly => worktree::give_top(&handle, name, owner),
+        Give::Tree => worktree::give_tree(&handle, name, owner, 0),
     }
-    let target = repos_dir.join(name);
-    let give = WorktreeError::io("give to the service user", &target);
-    let repos = fs::File::open(repos_dir).map_err(WorktreeError::io("open", repos_dir))?;
-    worktree::give_tree(&repos.into(), std::ffi::OsStr::new(name), cc_sandboxd::probe::UNPRIVILEGED, 0).map_err(give)
+    .map_err(WorktreeError::io("give to the service user", &dir.join(name)))
 }
 
 /// `c` and 16 hex digits.

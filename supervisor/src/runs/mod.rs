@@ -220,8 +220,7 @@ fn hand_to_service_user(data: &DataDir, conversation: &str, agent: &str) -> std:
     let give = |dir: &std::os::fd::OwnedFd| std::os::unix::fs::fchown(dir, Some(uid), Some(gid));
     give(&top)?;
     // Each below the last, by one name, never through a link.
-    let mut chain = vec![vec!["repos"], vec!["sock"], vec!["agents", agent, "work"], vec!["agents", agent, "config"]];
-    for names in chain.drain(..) {
+    for names in [&["repos"][..], &["sock"], &["agents", agent, "work"], &["agents", agent, "config"]] {
         let mut dir = top.try_clone()?;
         for name in names {
             dir = cc_sandboxd::beneath::child_dir(&dir, std::ffi::OsStr::new(name)).map_err(std::io::Error::from)?;
