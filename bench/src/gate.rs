@@ -55,14 +55,14 @@ fn round_trip() -> anyhow::Result<()> {
     let socket = tmp.path().join("d0/sock/api.sock");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (checks, decides) = runtime.block_on(async {
-        let mut gate = cc_supervisor::client::connect_gate(&socket).await?;
+        let mut gate = cc_client::connect_gate(&socket).await?;
         let mut checks = Vec::new();
         let mut decides = Vec::new();
         for i in 0..2_200 {
             let request = pb::CheckCommandRequest {
                 command_line: "cd src && git diff HEAD~1 | grep -n TODO".into(),
                 mode: common::Mode::Plan as i32,
-                workspace: String::new(),
+                workspace_id: String::new(),
             };
             let t = Instant::now();
             gate.check_command(request).await?;
@@ -79,7 +79,7 @@ fn round_trip() -> anyhow::Result<()> {
                 ..Default::default()
             };
             let t = Instant::now();
-            gate.decide(pb::DecideRequest { action: Some(action) }).await?;
+            gate.decide_action(pb::DecideActionRequest { action: Some(action) }).await?;
             if i >= 200 {
                 decides.push(t.elapsed());
             }

@@ -139,19 +139,19 @@ fn supervisor() -> anyhow::Result<()> {
     let socket = tmp.path().join(format!("d{COLD_STARTS}/sock/api.sock"));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (status, list) = runtime.block_on(async {
-        let mut client = cc_supervisor::client::connect(&socket).await?;
+        let mut client = cc_client::connect(&socket).await?;
         let mut status = Vec::new();
         let mut list = Vec::new();
         for i in 0..2_200 {
             let t = Instant::now();
-            client.get_status(pb::GetStatusRequest {}).await?;
+            client.system.get_status(pb::GetStatusRequest {}).await?;
             if i >= 200 {
                 status.push(t.elapsed());
             }
         }
         for i in 0..2_200 {
             let t = Instant::now();
-            client.list_helpers(pb::ListHelpersRequest {}).await?;
+            client.system.list_helpers(pb::ListHelpersRequest {}).await?;
             if i >= 200 {
                 list.push(t.elapsed());
             }

@@ -12,11 +12,11 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use cc_proto::runner::v1 as rn;
-use cc_proto::runner::v1::tool_call::Call;
-use cc_proto::runner::v1::tool_result::Result as Outcome;
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::tool_event::Event;
+use cc_proto::supervisor::v1::call_tool_request::Tool;
+use cc_proto::supervisor::v1::call_tool_response::Event;
+use cc_proto::tools::v1 as rn;
+use cc_proto::tools::v1::tool_result::Result as Outcome;
 use tokio_stream::StreamExt;
 
 use crate::sandbox::time_command_n;
@@ -41,7 +41,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     // One thread, as ccctl has: the client's own thread hand-offs are not the path measured.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (one, wall_one, wall_two, get_run, runner_pid) = runtime.block_on(async {
-        let mut client = cc_supervisor::client::connect_runs(&socket).await?;
+        let mut client = cc_client::connect_runs(&socket).await?;
         let mut samples = Vec::with_capacity(READS);
         for _ in 0..WARM_UP {
             read_four_kib(&mut client, &run_id).await?;
@@ -59,7 +59,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         for _ in 0..2 {
             let (socket, run_id) = (socket.clone(), run_id.clone());
             tasks.push(tokio::spawn(async move {
-                let mut client = cc_supervisor::client::connect_runs(&socket).await?;
+                let mut client = cc_client::connect_runs(&socket).await?;
                 for _ in 0..READS / 2 {
                     read_four_kib(&mut client, &run_id).await?;
                 }
@@ -74,11 +74,11 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         let mut get_run = Vec::with_capacity(READS);
         for _ in 0..READS {
             let call = Instant::now();
-            client.get_run(pb::GetRunRequest { id: run_id.clone() }).await?;
+            client.get_run(pb::GetRunRequest { run_id: run_id.clone() }).await?;
             get_run.push(call.elapsed());
         }
-        let run = client.get_run(pb::GetRunRequest { id: run_id.clone() }).await?.into_inner();
-        anyhow::Ok((samples, wall_one, wall_two, get_run, run.runner_pid))
+        let run = client.get_run(pb::GetRunRequest { run_id: run_id.clone() }).await?.into_inner();
+        anyhow::Ok((samples, wall_one, wall_two, get_run, run.run.map_or(0, |r| r.runner_pid)))
     })?;
     report("`read` 4 KiB: client → supervisor → runner", &stats(one), Duration::from_millis(1));
     report("for comparison: GetRun (supervisor only, unary)", &stats(get_run), Duration::from_millis(1));
@@ -128,10 +128,9 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn read_four_kib(client: &mut cc_supervisor::client::Runs, run_id: &str) -> anyhow::Result<()> {
-    let call =
-        rn::ToolCall { call: Some(Call::Read(rn::ReadCall { path: b"four.txt".to_vec(), offset: 0, limit: 0 })) };
-    let request = pb::CallToolRequest { run_id: run_id.to_owned(), call: Some(call) };
+async fn read_four_kib(client: &mut cc_client::Runs, run_id: &str) -> anyhow::Result<()> {
+    let tool = Tool::Read(rn::ReadArgs { path: b"four.txt".to_vec(), offset: 0, limit: 0 });
+    let request = pb::CallToolRequest { run_id: run_id.to_owned(), tool: Some(tool) };
     let mut stream = client.call_tool(request).await?.into_inner();
     let mut bytes = 0;
     while let Some(event) = stream.next().await {

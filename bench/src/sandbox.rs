@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use cc_proto::bootstrap::Bootstrap;
 use cc_proto::client::PresentSecret;
+use cc_proto::common::v1::{EnvelopeKind, SandboxBackend};
 use cc_proto::sandboxd::v1 as pb;
 use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
 use cc_proto::secret::PeerSecret;
@@ -65,7 +66,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         let mut client =
             SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new("supervisor", &secret)));
         let probe = client.get_probe(pb::GetProbeRequest {}).await?.into_inner();
-        if probe.backend != pb::Backend::Native as i32 {
+        if probe.backend != SandboxBackend::Native as i32 {
             bail!("no native backend: {}", probe.detail);
         }
         let policy = pb::RunPolicy {
@@ -73,10 +74,10 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             work_dir: work.as_os_str().as_bytes().to_vec(),
             ..Default::default()
         };
-        client.register_run(policy.clone()).await?;
+        client.register_run(pb::RegisterRunRequest { policy: Some(policy.clone()) }).await?;
         let launch = |argv: &[&str]| pb::LaunchRequest {
             run_id: "bench".into(),
-            kind: pb::DispatchKind::HarnessBash as i32,
+            kind: EnvelopeKind::HarnessBash as i32,
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             timeout_seconds: 30,
         };
@@ -87,13 +88,15 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         // The same envelope, run directly as the user sandboxd launches as: what the
         // API adds on top of bubblewrap and our init.
         let explained = client
-            .explain(pb::ExplainRequest {
+            .explain_envelope(pb::ExplainEnvelopeRequest {
                 run_id: "bench".into(),
-                kind: pb::DispatchKind::HarnessBash as i32,
+                kind: EnvelopeKind::HarnessBash as i32,
                 argv: vec![b"/bin/true".to_vec()],
             })
             .await?
-            .into_inner();
+            .into_inner()
+            .envelope
+            .unwrap_or_default();
         let direct: Vec<std::ffi::OsString> =
             explained.argv.iter().map(|a| std::ffi::OsStr::from_bytes(a).to_owned()).collect();
         let as_user = launch_user(&work);
@@ -105,7 +108,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         // tool calls (seconds): its envelope was made when the one before it ended.
         let mut samples = Samples::default();
         for i in 0..LAUNCHES + 5 {
-            client.register_run(policy.clone()).await?;
+            client.register_run(pb::RegisterRunRequest { policy: Some(policy.clone()) }).await?;
             let (_, cold) = run_true(&mut client, launch(&["/bin/true"])).await?;
             let direct = time_once(&direct, as_user)?;
             let raw_as_user = time_once(&raw, as_user)?;
@@ -141,14 +144,13 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             }
             bridges.push(pb::Bridge { port, socket: path.as_os_str().as_bytes().to_vec() });
         }
-        client
-            .register_run(pb::RunPolicy {
-                run_id: "idle".into(),
-                work_dir: work.as_os_str().as_bytes().to_vec(),
-                bridges,
-                ..Default::default()
-            })
-            .await?;
+        let policy = pb::RunPolicy {
+            run_id: "idle".into(),
+            work_dir: work.as_os_str().as_bytes().to_vec(),
+            bridges,
+            ..Default::default()
+        };
+        client.register_run(pb::RegisterRunRequest { policy: Some(policy) }).await?;
         let mut stream = client
             .launch(pb::LaunchRequest { run_id: "idle".into(), ..launch(&["/bin/sleep", "30"]) })
             .await?
@@ -227,7 +229,7 @@ async fn run_true(
     let started = t.elapsed();
     let mut code = None;
     while let Some(event) = stream.next().await {
-        if let Some(pb::launch_event::Event::Exit(e)) = event?.event {
+        if let Some(pb::launch_response::Event::Exit(e)) = event?.event {
             code = e.code;
         }
     }

@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use cc_proto::broker::v1::broker_server::{Broker, BrokerServer};
-use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
+use cc_proto::broker::v1::{GetStatusRequest, GetStatusResponse};
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use tonic::{Request, Response, Status};
@@ -15,11 +15,11 @@ pub struct BrokerService {
 
 #[tonic::async_trait]
 impl Broker for BrokerService {
-    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
-        Ok(Response::new(self.context.status()))
+    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<GetStatusResponse>, Status> {
+        Ok(Response::new(GetStatusResponse { status: Some(self.context.status()) }))
     }
 }
 
-pub fn service(context: &HelperContext) -> BrokerServer<BrokerService> {
-    BrokerServer::new(BrokerService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES)
+pub fn service(context: &HelperContext) -> Result<BrokerServer<BrokerService>, std::convert::Infallible> {
+    Ok(BrokerServer::new(BrokerService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }

@@ -2,8 +2,8 @@
 //! its status.
 #![forbid(unsafe_code)]
 
-use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::gateway::v1::gateway_server::{Gateway, GatewayServer};
+use cc_proto::gateway::v1::{GetStatusRequest, GetStatusResponse};
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use tonic::{Request, Response, Status};
@@ -16,11 +16,11 @@ pub struct GatewayService {
 
 #[tonic::async_trait]
 impl Gateway for GatewayService {
-    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
-        Ok(Response::new(self.context.status()))
+    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<GetStatusResponse>, Status> {
+        Ok(Response::new(GetStatusResponse { status: Some(self.context.status()) }))
     }
 }
 
-pub fn service(context: &HelperContext) -> GatewayServer<GatewayService> {
-    GatewayServer::new(GatewayService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES)
+pub fn service(context: &HelperContext) -> Result<GatewayServer<GatewayService>, std::convert::Infallible> {
+    Ok(GatewayServer::new(GatewayService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }

@@ -54,7 +54,7 @@ impl HelperContext {
             version: crate::VERSION.to_owned(),
             pid: std::process::id(),
             hardening: Some(hardening::report()),
-            started_unix_ms: self.started_unix_ms,
+            start_time: Some(crate::time::timestamp(self.started_unix_ms)),
         }
     }
 }
@@ -64,10 +64,12 @@ pub fn unix_ms(time: SystemTime) -> i64 {
 }
 
 /// Runs a helper to completion. `service` returns the helper's own gRPC service
-/// (`health` is added here); `S::NAME` is reported serving on grpc.health.v1.
-pub fn run<S, F>(spec: HelperSpec, service: F) -> ExitCode
+/// (`health` is added here), or why the helper cannot serve, which ends it with exit
+/// code 2 and that line on stderr; `S::NAME` is reported serving on grpc.health.v1.
+pub fn run<S, F, E>(spec: HelperSpec, service: F) -> ExitCode
 where
-    F: FnOnce(&HelperContext) -> S,
+    F: FnOnce(&HelperContext) -> Result<S, E>,
+    E: std::fmt::Display,
     S: tower::Service<
             http::Request<tonic::body::Body>,
             Response = http::Response<tonic::body::Body>,
@@ -121,7 +123,10 @@ where
         Err(e) => return fail(format!("cannot start the async runtime: {e}")),
     };
     let context = HelperContext { bootstrap, started_unix_ms: unix_ms(SystemTime::now()) };
-    let service = service(&context);
+    let service = match service(&context) {
+        Ok(service) => service,
+        Err(e) => return fail(e.to_string()),
+    };
     match runtime.block_on(serve(context, service)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => fail(message),

@@ -6,7 +6,10 @@
 //! * [`bootstrap`]: the message a helper reads on stdin at spawn;
 //! * [`client`]: a channel over a Unix socket that presents a peer secret;
 //! * [`hardening`]: `PR_SET_DUMPABLE`, capabilities, `no_new_privs`;
-//! * [`helper`]: the start-up sequence every helper process runs.
+//! * [`helper`]: the start-up sequence every helper process runs;
+//! * [`paths`]: the data directory's layout, which the daemon and its client share;
+//! * [`reasons`]: the `google.rpc.ErrorInfo` reasons of refusals a client tells apart;
+//! * [`time`]: `google.protobuf.Timestamp` to and from milliseconds.
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -15,14 +18,24 @@ pub mod client;
 pub mod hardening;
 pub mod helper;
 pub mod logging;
+pub mod paths;
 pub mod reasons;
 pub mod secret;
 pub mod socket;
+pub mod time;
+
+pub use prost_types::Timestamp;
 
 /// Generated code for `cc.common.v1`.
 pub mod common {
     pub mod v1 {
         tonic::include_proto!("cc.common.v1");
+    }
+}
+/// Generated code for `cc.tools.v1`, the file tools' arguments and results.
+pub mod tools {
+    pub mod v1 {
+        tonic::include_proto!("cc.tools.v1");
     }
 }
 /// Generated code for `cc.supervisor.v1`, the client API.

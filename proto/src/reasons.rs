@@ -9,9 +9,65 @@ use tonic_types::{ErrorDetails, StatusExt};
 /// The domain every reason of ours is scoped to.
 pub const DOMAIN: &str = "cc.dev";
 
+// The reasons, each with where it is raised and its metadata. The README lists them
+// for client authors; a test per reason triggers it from a client.
+
 /// sandboxd refused a launch because a link sits where privileged code would have
 /// had to follow it inside a run's roots (metadata `path`): a sandbox violation.
 pub const LINK_IN_ROOT: &str = "LINK_IN_ROOT";
+/// A tool call named a path outside the run's roots, or one its tools must not write
+/// (the runner's confinement): nothing was touched.
+pub const CONFINEMENT_REFUSED: &str = "CONFINEMENT_REFUSED";
+/// The gate denied a tool call (metadata `effect`, `source`: the rule's `file:line`,
+/// "default", "command policy" or "mode"); nothing was done.
+pub const GATE_DENIED: &str = "GATE_DENIED";
+/// The gate would have asked a person, but no approver was connected, or none answered
+/// in time (metadata `question_id` when asked): denied, nothing was done.
+pub const NO_APPROVER: &str = "NO_APPROVER";
+/// No run has this id (metadata `run_id`).
+pub const RUN_NOT_FOUND: &str = "RUN_NOT_FOUND";
+/// The run exists but is over (metadata `run_id`, `state`): start a new one.
+pub const RUN_ENDED: &str = "RUN_ENDED";
+/// No conversation has this id (metadata `conversation_id`).
+pub const CONVERSATION_NOT_FOUND: &str = "CONVERSATION_NOT_FOUND";
+/// No repository of that name is registered in the workspace (metadata `workspace_id`, `name`).
+pub const REPOSITORY_NOT_FOUND: &str = "REPOSITORY_NOT_FOUND";
+/// No workspace has this name (metadata `workspace_id`).
+pub const WORKSPACE_NOT_FOUND: &str = "WORKSPACE_NOT_FOUND";
+/// The name is taken by another workspace or repository (metadata `name`).
+pub const NAME_TAKEN: &str = "NAME_TAKEN";
+/// This checkout is registered in the workspace already (metadata `name`: under which).
+pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
+/// The filesystem of the data directory cannot reflink, so a reflink conversation
+/// cannot be made (metadata `path`); choose `copy`, or put the data directory on btrfs or xfs.
+pub const REFLINK_UNSUPPORTED: &str = "REFLINK_UNSUPPORTED";
+/// What was asked for needs something this host or build does not have (metadata
+/// `backend`: e.g. `egress` for `--network on`, `adapter` for an unknown adapter).
+pub const BACKEND_UNAVAILABLE: &str = "BACKEND_UNAVAILABLE";
+/// No helper has this name (metadata `name`).
+pub const HELPER_NOT_FOUND: &str = "HELPER_NOT_FOUND";
+/// A helper the call needs is not serving (metadata `helper`): it is being restarted,
+/// or failed; retry, or see `ccctl status`.
+pub const HELPER_UNAVAILABLE: &str = "HELPER_UNAVAILABLE";
+
+/// Every reason, for the README's list and its test.
+pub const ALL: &[&str] = &[
+    LINK_IN_ROOT,
+    CONFINEMENT_REFUSED,
+    GATE_DENIED,
+    NO_APPROVER,
+    RUN_NOT_FOUND,
+    RUN_ENDED,
+    CONVERSATION_NOT_FOUND,
+    REPOSITORY_NOT_FOUND,
+    WORKSPACE_NOT_FOUND,
+    NAME_TAKEN,
+    ALREADY_REGISTERED,
+    REFLINK_UNSUPPORTED,
+    BACKEND_UNAVAILABLE,
+    HELPER_NOT_FOUND,
+    HELPER_UNAVAILABLE,
+];
 
 /// A refusal with `reason` and its metadata.
 pub fn refusal(code: Code, message: impl Into<String>, reason: &str, metadata: &[(&str, String)]) -> Status {

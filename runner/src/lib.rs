@@ -10,11 +10,10 @@ pub mod search;
 pub mod service;
 pub mod walk;
 
-use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::runner::v1::runner_server::{Runner, RunnerServer};
-use cc_proto::runner::v1::{ToolCall, ToolResult};
+use cc_proto::runner::v1::{CallToolRequest, CallToolResponse, GetStatusRequest, GetStatusResponse};
 
 use std::path::Path;
 
@@ -31,18 +30,22 @@ pub struct RunnerService {
 
 #[tonic::async_trait]
 impl Runner for RunnerService {
-    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
-        Ok(Response::new(self.context.status()))
+    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<GetStatusResponse>, Status> {
+        Ok(Response::new(GetStatusResponse { status: Some(self.context.status()) }))
     }
 
-    async fn call(&self, request: Request<ToolCall>) -> Result<Response<ToolResult>, Status> {
-        Ok(Response::new(self.tools.call(request.into_inner()).await?))
+    async fn call_tool(&self, request: Request<CallToolRequest>) -> Result<Response<CallToolResponse>, Status> {
+        Ok(Response::new(CallToolResponse { result: Some(self.tools.call(request.into_inner()).await?) }))
     }
 }
 
-pub fn service(context: &HelperContext) -> RunnerServer<RunnerService> {
-    // A runner that cannot open its roots has nothing to serve: it says why and exits,
-    // and the supervisor marks the run failed.
+/// Why a runner cannot serve: it says so and exits, and the supervisor marks the run
+/// failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(String);
+
+pub fn service(context: &HelperContext) -> Result<RunnerServer<RunnerService>, StartError> {
     let roots = context
         .bootstrap
         .options
@@ -54,13 +57,7 @@ pub fn service(context: &HelperContext) -> RunnerServer<RunnerService> {
             Some(home) => roots.with_home(Path::new(home)).map_err(|e| format!("the run's HOME: {e}")),
             None => Ok(roots),
         });
-    let roots = match roots {
-        Ok(roots) => roots,
-        Err(message) => {
-            eprintln!("cc-runner: {message}");
-            std::process::exit(2);
-        }
-    };
-    RunnerServer::new(RunnerService { context: context.clone(), tools: Tools::new(roots) })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    let roots = roots.map_err(StartError)?;
+    Ok(RunnerServer::new(RunnerService { context: context.clone(), tools: Tools::new(roots) })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES))
 }

@@ -1,16 +1,20 @@
-//! The runner's RPC edge: a [`ToolCall`] in, the tool's logic, a [`ToolResult`] or a
-//! `Status` out. Confinement refusals are `PERMISSION_DENIED` starting `refused: `, so
-//! the supervisor can tell them from a tool that simply failed.
+//! The runner's RPC edge: a call in, the tool's logic, a [`ToolResult`] or a `Status`
+//! out. Confinement refusals are `PERMISSION_DENIED` with reason `CONFINEMENT_REFUSED`
+//! (and a message starting `refused: `), so the supervisor tells them from a tool that
+//! simply failed.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cc_proto::runner::v1 as pb;
-use cc_proto::runner::v1::tool_call::Call;
-use cc_proto::runner::v1::tool_result::Result as Outcome;
-use tonic::Status;
+use cc_proto::reasons;
+use cc_proto::runner::v1::CallToolRequest;
+use cc_proto::runner::v1::call_tool_request::Tool as Call;
+use cc_proto::tools::v1 as pb;
+use cc_proto::tools::v1::ToolResult;
+use cc_proto::tools::v1::tool_result::Result as Outcome;
+use tonic::{Code, Status};
 
 use crate::confine::Roots;
 use crate::files::{self, ReadOutput, ToolError};
@@ -65,19 +69,18 @@ fn fit_window(text: String, lines: usize, more: bool, first_line: usize) -> Resu
 
 fn status(error: ToolError) -> Status {
     match error {
-        ToolError::Refused(_) => Status::permission_denied(error.to_string()),
+        ToolError::Refused(_) => {
+            reasons::refusal(Code::PermissionDenied, error.to_string(), reasons::CONFINEMENT_REFUSED, &[])
+        }
         ToolError::Failed(message) => Status::failed_precondition(message),
     }
 }
 
 /// Runs one call against `roots`. Blocking: off the async threads, except a read
 /// (see [`Tools::call`]).
-pub fn call(roots: &Roots, call: pb::ToolCall) -> Result<pb::ToolResult, Status> {
-    let outcome = match call.call {
+pub fn call(roots: &Roots, call: CallToolRequest) -> Result<ToolResult, Status> {
+    let outcome = match call.tool {
         None => return Err(Status::invalid_argument("the call names no tool")),
-        Some(Call::Bash(_)) => {
-            return Err(Status::invalid_argument("bash is run by the supervisor through sandboxd, not by the runner"));
-        }
         Some(Call::Read(r)) => {
             let limit = if r.limit == 0 { DEFAULT_READ_LINES } else { usize::try_from(r.limit).unwrap_or(usize::MAX) };
             let offset = usize::try_from(r.offset).unwrap_or(usize::MAX);
@@ -145,7 +148,7 @@ pub fn call(roots: &Roots, call: pb::ToolCall) -> Result<pb::ToolResult, Status>
             })
         }
     };
-    Ok(pb::ToolResult { result: Some(outcome) })
+    Ok(ToolResult { result: Some(outcome) })
 }
 
 /// The service state: the run's roots, opened once at start.
@@ -159,12 +162,12 @@ impl Tools {
         Self { roots: Arc::new(roots) }
     }
 
-    pub async fn call(&self, request: pb::ToolCall) -> Result<pb::ToolResult, Status> {
+    pub async fn call(&self, request: CallToolRequest) -> Result<ToolResult, Status> {
         // A read is one bounded open and read of a regular file (at most MAX_FILE_BYTES,
         // never a FIFO or device): done in place, it saves the hand-off to the blocking
         // pool, which was a third of a 4 KiB read's round trip. Writes sync to disk and
         // walks are unbounded, so they go to the pool.
-        if matches!(request.call, Some(Call::Read(_))) {
+        if matches!(request.tool, Some(Call::Read(_))) {
             return call(&self.roots, request);
         }
         let roots = self.roots.clone();
@@ -179,8 +182,8 @@ mod tests {
     use super::*;
     use crate::confine::work_roots;
 
-    fn read(p: &str) -> pb::ToolCall {
-        pb::ToolCall { call: Some(Call::Read(pb::ReadCall { path: p.as_bytes().to_vec(), offset: 0, limit: 0 })) }
+    fn read(p: &str) -> CallToolRequest {
+        CallToolRequest { tool: Some(Call::Read(pb::ReadArgs { path: p.as_bytes().to_vec(), offset: 0, limit: 0 })) }
     }
 
     #[test]
@@ -193,9 +196,10 @@ mod tests {
         let refused = call(&roots, read("/etc/passwd")).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::PermissionDenied);
         assert!(refused.message().starts_with("refused: "), "{}", refused.message());
+        assert_eq!(reasons::reason_of(&refused).unwrap().0, reasons::CONFINEMENT_REFUSED);
         let missing = call(&roots, read("missing")).unwrap_err();
         assert_eq!(missing.code(), tonic::Code::FailedPrecondition, "{}", missing.message());
-        assert_eq!(call(&roots, pb::ToolCall { call: None }).unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert_eq!(call(&roots, CallToolRequest { tool: None }).unwrap_err().code(), tonic::Code::InvalidArgument);
     }
 
     #[test]

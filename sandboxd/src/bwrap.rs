@@ -17,7 +17,7 @@ pub const RUNNER_INSIDE: &str = "/run/cc/runner";
 pub const BRIDGES_INSIDE: &str = "/run/cc/bridges";
 /// The descriptor of the first path bound by descriptor (`--bind-fd`); the rest follow
 /// in order. 3 carries bubblewrap's options.
-pub const FIRST_BOUND_FD: i32 = 4;
+pub use cc_host::FIRST_BOUND_FD;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {

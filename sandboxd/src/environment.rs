@@ -14,7 +14,7 @@ const PASSED: &[&str] = &["LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "
 
 /// PATH inside every envelope: the system's program directories. A run's policy may
 /// add directories after them (`[runs] path` in the supervisor's config).
-pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub use cc_host::SYSTEM_PATH;
 
 /// Prefixes taken from the caller's environment (locale settings).
 const PASSED_PREFIXES: &[&str] = &["LC_"];

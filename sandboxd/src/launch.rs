@@ -8,22 +8,24 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cc_proto::reasons;
+use cc_proto::common::v1::{EnvelopeKind, SandboxBackend};
 use cc_proto::sandboxd::v1 as pb;
-use cc_proto::sandboxd::v1::launch_event::Event;
+use cc_proto::sandboxd::v1::launch_response::Event;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use crate::bwrap::{self, BwrapCommand, Kind};
+use crate::error::LaunchError;
 use crate::policy::RunPolicy;
 use crate::probe::{Backend, ProbeResult};
 #[cfg(not(target_os = "macos"))]
 use crate::system::SystemView;
 use crate::violations::{Deduplicator, scan_line};
 use crate::warm::{Warm, WarmKey};
-use crate::{environment, protect, short, spawn};
+use crate::{environment, protect, spawn};
+use cc_host::ServiceUser;
 
 /// At most this much argv, in bytes.
 const MAX_ARGV_BYTES: usize = 1 << 20;
@@ -89,13 +91,13 @@ impl Runs {
     }
 
     /// Counts `group` as one of the run's launches; kills it when the run is gone.
-    fn add_or_refuse(&self, run_id: &str, group: u32) -> Result<(), Status> {
+    fn add_or_refuse(&self, run_id: &str, group: u32) -> Result<(), LaunchError> {
         if let Some(e) = self.lock().get_mut(run_id) {
             e.groups.insert(group);
             return Ok(());
         }
         kill_group(group);
-        Err(Status::not_found(format!("run {:?} ended while launching", short(run_id))))
+        Err(LaunchError::RunEnded(run_id.to_owned()))
     }
 
     fn remove(&self, run_id: &str, group: u32) {
@@ -183,25 +185,19 @@ impl Launcher {
         &self.data_dir
     }
 
-    fn prepare(&self, run_id: &str, kind: i32, argv: &[Vec<u8>]) -> Result<Prepared, Status> {
-        let policy =
-            self.runs.policy(run_id).ok_or_else(|| Status::not_found(format!("no run {:?}", short(run_id))))?;
-        policy.verify().map_err(|e| Status::failed_precondition(e.to_string()))?;
-        let kind = match pb::DispatchKind::try_from(kind) {
-            Ok(pb::DispatchKind::Overlay) => Kind::Overlay,
-            Ok(pb::DispatchKind::HarnessBash) => Kind::HarnessBash,
-            Ok(pb::DispatchKind::Runner) => Kind::Runner,
-            _ => return Err(Status::invalid_argument(format!("unknown dispatch kind {kind}"))),
-        };
+    fn prepare(&self, run_id: &str, kind: Kind, argv: &[Vec<u8>]) -> Result<Prepared, LaunchError> {
+        let policy = self.runs.policy(run_id).ok_or_else(|| LaunchError::RunNotFound(run_id.to_owned()))?;
+        policy.verify().map_err(LaunchError::RootChanged)?;
+        let bad = |why: &str| Err(LaunchError::BadRequest(why.to_owned()));
         if kind != Kind::Runner && (argv.is_empty() || argv[0].is_empty()) {
-            return Err(Status::invalid_argument("argv is empty"));
+            return bad("argv is empty");
         }
         if argv.iter().any(|a| a.contains(&0)) {
-            return Err(Status::invalid_argument("an argument contains a NUL byte"));
+            return bad("an argument contains a NUL byte");
         }
         // Each with its NUL, as it travels to an envelope made ahead.
         if argv.iter().map(|a| a.len() + 1).sum::<usize>() > MAX_ARGV_BYTES {
-            return Err(Status::invalid_argument("argv is over 1 MiB"));
+            return bad("argv is over 1 MiB");
         }
         let argv: Vec<OsString> = if kind == Kind::Runner {
             vec![OsString::from(bwrap::RUNNER_INSIDE)]
@@ -222,19 +218,21 @@ impl Launcher {
 
     /// The code-execution vectors inside the kind's writable roots, created when
     /// missing if `create`.
-    fn protected(&self, p: &Prepared, create: bool) -> Result<Vec<PathBuf>, Status> {
+    fn protected(&self, p: &Prepared, create: bool) -> Result<Vec<PathBuf>, LaunchError> {
         let (writable, _) = bwrap::roots(&p.policy, p.kind);
         let found = protect::prepare(&writable, &bwrap::home(&p.policy, p.kind), create).and_then(|mut found| {
             found.extend(protect::shared_vectors(&p.policy.shared_git)?);
             Ok(found)
         });
         found.map_err(|e| match &e {
-            protect::ProtectError::Link { path, .. } => link_refusal(&e, path),
-            protect::ProtectError::Root { .. } => Status::failed_precondition(format!("refusing to launch: {e}")),
+            protect::ProtectError::Link { path, .. } => {
+                LaunchError::LinkInRoot { path: path.clone(), message: e.to_string() }
+            }
+            protect::ProtectError::Root { .. } => LaunchError::Refused(e.to_string()),
         })
     }
 
-    fn wrapping(&self, p: &Prepared) -> Result<Wrapping, Status> {
+    fn wrapping(&self, p: &Prepared) -> Result<Wrapping, LaunchError> {
         if self.probe.backend == Backend::None {
             return Ok(Wrapping::Unwrapped);
         }
@@ -255,14 +253,14 @@ impl Launcher {
     /// The envelope program's arguments: bubblewrap's options and our init on Linux,
     /// every bind by path (an explanation), the SBPL profile for sandbox-exec on
     /// macOS; the command last.
-    fn envelope_args(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
+    fn envelope_args(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, LaunchError> {
         let protected = self.protected(p, create)?;
         #[cfg(target_os = "macos")]
         {
             let _ = runner;
             let home = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.dir);
             crate::seatbelt::envelope_args(&p.policy, p.kind, &protected, home.as_deref(), &self.data_dir, &p.argv)
-                .map_err(|e| Status::failed_precondition(format!("refusing to launch: {e}")))
+                .map_err(|e| LaunchError::Refused(e.to_string()))
         }
         #[cfg(not(target_os = "macos"))]
         Ok(self.bwrap_command(p, protected.as_slice(), runner, false).argv())
@@ -275,7 +273,7 @@ impl Launcher {
         use crate::bwrap::Envelope;
         use crate::system::Reader;
         let reader = match service_user(&p.policy) {
-            Some((uid, gid)) => Reader::User { uid, gid },
+            Some(user) => Reader::User { uid: user.uid, gid: user.gid },
             None => Reader::Ourselves,
         };
         let envelope = Envelope {
@@ -292,17 +290,16 @@ impl Launcher {
         if by_descriptor { envelope.bwrap_command() } else { envelope.bwrap_command_by_path() }
     }
 
-    pub fn explain(&self, request: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
-        let p = self.prepare(&request.run_id, request.kind, &request.argv)?;
+    /// The envelope of a launch of `kind`, every bind by path (to be pasted); RUNNER is
+    /// refused by the caller's conversion of the kind.
+    pub fn explain(&self, run_id: &str, kind: Kind, argv: &[Vec<u8>]) -> Result<pb::Envelope, LaunchError> {
+        let p = self.prepare(run_id, kind, argv)?;
         let argv = match self.probe.backend {
             Backend::Native => self.full_argv(&p, false, &self.runner)?,
             Backend::None => p.argv.clone(),
         };
-        Ok(pb::ExplainResponse {
-            backend: match self.probe.backend {
-                Backend::Native => pb::Backend::Native as i32,
-                Backend::None => pb::Backend::None as i32,
-            },
+        Ok(pb::Envelope {
+            backend: SandboxBackend::from(self.probe.backend) as i32,
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: p.env.into_iter().collect(),
             bound: vec![],
@@ -310,7 +307,7 @@ impl Launcher {
     }
 
     /// The envelope program's path, then its arguments and the command.
-    fn full_argv(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, Status> {
+    fn full_argv(&self, p: &Prepared, create: bool, runner: &Path) -> Result<Vec<OsString>, LaunchError> {
         let mut all = vec![self.probe.program.clone().unwrap_or_default().into_os_string()];
         all.extend(self.envelope_args(p, create, runner)?);
         Ok(all)
@@ -319,8 +316,8 @@ impl Launcher {
     /// The runner's envelope, to be executed by the supervisor (see the proto): the
     /// paths inside the roots bound by descriptors that the supervisor opens. Its
     /// vectors are created as for a launch, because this argv is run.
-    pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::ExplainResponse, Status> {
-        let p = self.prepare(run_id, pb::DispatchKind::Runner as i32, &[])?;
+    pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::Envelope, LaunchError> {
+        let p = self.prepare(run_id, Kind::Runner, &[])?;
         // On macOS the runner starts unwrapped: the supervisor's check that the socket
         // is served from inside the envelope walks /proc, which macOS does not have.
         #[cfg(target_os = "linux")]
@@ -330,16 +327,16 @@ impl Launcher {
             let bound = command.bound.iter().map(|b| b.as_os_str().as_bytes().to_vec()).collect();
             let mut argv = vec![self.program()?.as_os_str().as_bytes().to_vec()];
             argv.extend(command.argv().iter().map(|a| a.as_bytes().to_vec()));
-            return Ok(pb::ExplainResponse {
-                backend: pb::Backend::Native as i32,
+            return Ok(pb::Envelope {
+                backend: SandboxBackend::Native as i32,
                 argv,
                 env: p.env.into_iter().collect(),
                 bound,
             });
         }
         let _ = program;
-        Ok(pb::ExplainResponse {
-            backend: pb::Backend::None as i32,
+        Ok(pb::Envelope {
+            backend: SandboxBackend::None as i32,
             argv: vec![],
             env: p.env.into_iter().collect(),
             bound: vec![],
@@ -349,22 +346,25 @@ impl Launcher {
     pub async fn launch(
         self: Arc<Self>,
         request: pb::LaunchRequest,
-    ) -> Result<ReceiverStream<Result<pb::LaunchEvent, Status>>, Status> {
-        if request.kind == pb::DispatchKind::Runner as i32 {
-            return Err(Status::invalid_argument(
-                "the runner kind is not launched: the supervisor starts it from RunnerEnvelope",
-            ));
-        }
+    ) -> Result<ReceiverStream<Result<pb::LaunchResponse, Status>>, LaunchError> {
+        let kind = match kind_of(request.kind)? {
+            Kind::Runner => {
+                return Err(LaunchError::BadRequest(
+                    "the runner kind is not launched: the supervisor starts it from GetRunnerEnvelope".to_owned(),
+                ));
+            }
+            kind => kind,
+        };
         let (p, wrapping) = {
             let this = self.clone();
             let r = request.clone();
             tokio::task::spawn_blocking(move || {
-                let p = this.prepare(&r.run_id, r.kind, &r.argv)?;
+                let p = this.prepare(&r.run_id, kind, &r.argv)?;
                 let wrapping = this.wrapping(&p)?;
-                Ok::<_, Status>((p, wrapping))
+                Ok::<_, LaunchError>((p, wrapping))
             })
             .await
-            .map_err(|e| Status::internal(e.to_string()))??
+            .map_err(|e| LaunchError::Internal(e.to_string()))??
         };
         let run_id = request.run_id.clone();
         let bubblewrap = matches!(wrapping, Wrapping::Bubblewrap(..));
@@ -388,7 +388,7 @@ impl Launcher {
                         let command = spawn::Command::Now(&envelope.command);
                         let user = service_user(&p.policy);
                         let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user)
-                            .map_err(cannot_start)?;
+                            .map_err(LaunchError::CannotStart)?;
                         self.runs.add_or_refuse(&run_id, s.group)?;
                         (s.child, s.group)
                     }
@@ -407,7 +407,7 @@ impl Launcher {
         };
         let (tx, rx) = mpsc::channel(64);
         let runs = self.runs.clone();
-        let next = bubblewrap.then(|| (self.clone(), p.policy.clone(), p.kind, request.kind));
+        let next = bubblewrap.then(|| (self.clone(), p.policy.clone(), p.kind));
         // macOS reports Seatbelt's denials in its log, not to the command.
         #[cfg(target_os = "macos")]
         let denials =
@@ -415,11 +415,13 @@ impl Launcher {
         tokio::spawn(async move {
             let send = |event: Event| {
                 let tx = tx.clone();
-                async move { tx.send(Ok(pb::LaunchEvent { event: Some(event) })).await.is_ok() }
+                async move { tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await.is_ok() }
             };
-            send(Event::Envelope(if native { "native" } else { "unwrapped" }.to_owned())).await;
-            let stdout = child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), false, false)));
-            let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), true, native)));
+            let envelope = if native { SandboxBackend::Native } else { SandboxBackend::None };
+            send(Event::Envelope(envelope as i32)).await;
+            let stderr_pipe = if native { Pipe::EnvelopeStderr } else { Pipe::Stderr };
+            let stdout = child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), Pipe::Stdout)));
+            let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), stderr_pipe)));
             let limit = request.timeout_seconds;
             let timeout = async {
                 if limit == 0 {
@@ -462,11 +464,11 @@ impl Launcher {
             // next launch waits for it rather than making its own, and made once the exit
             // is queued, so that it never delays it; in a task of its own, so that a
             // client slow to read its events never holds it up.
-            let next = next.map(|(launcher, policy, kind, number)| {
+            let next = next.map(|(launcher, policy, kind)| {
                 let sender = runs.expect_warm(&run_id, &policy, kind);
-                (launcher, policy, number, sender)
+                (launcher, policy, kind, sender)
             });
-            let exit = tx.try_send(Ok(pb::LaunchEvent { event: Some(Event::Exit(exit)) }));
+            let exit = tx.try_send(Ok(pb::LaunchResponse { event: Some(Event::Exit(exit)) }));
             if let Some((launcher, policy, kind, sender)) = next {
                 tokio::spawn(launcher.prewarm(run_id, kind, policy, sender));
             }
@@ -483,20 +485,23 @@ impl Launcher {
         mut c: tokio::process::Command,
         p: &Prepared,
         run_id: &str,
-    ) -> Result<(tokio::process::Child, u32), Status> {
+    ) -> Result<(tokio::process::Child, u32), LaunchError> {
         c.env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
-        if let Some((uid, gid)) = service_user(&p.policy) {
-            c.uid(uid).gid(gid);
+        if let Some(user) = service_user(&p.policy) {
+            c.uid(user.uid).gid(user.gid);
         }
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
-        let child = c.spawn().map_err(cannot_start)?;
+        let child = c.spawn().map_err(LaunchError::CannotStart)?;
         let group = child.id().unwrap_or(0);
         self.runs.add_or_refuse(run_id, group)?;
         Ok((child, group))
     }
 
-    fn program(&self) -> Result<&Path, Status> {
-        self.probe.program.as_deref().ok_or_else(|| Status::internal("the native backend has no envelope program"))
+    fn program(&self) -> Result<&Path, LaunchError> {
+        self.probe
+            .program
+            .as_deref()
+            .ok_or_else(|| LaunchError::Internal("the native backend has no envelope program".into()))
     }
 
     /// Makes the envelope for the run's next launch of `kind` ([`crate::warm`]) and
@@ -506,7 +511,7 @@ impl Launcher {
     async fn prewarm(
         self: Arc<Self>,
         run_id: String,
-        kind: i32,
+        kind: Kind,
         policy: Arc<RunPolicy>,
         sender: oneshot::Sender<Warm>,
     ) {
@@ -517,7 +522,7 @@ impl Launcher {
                 // Any command: only the envelope and our init's options are used.
                 let p = this.prepare(&run_id, kind, &[b"true".to_vec()])?;
                 let wrapping = this.wrapping(&p)?;
-                Ok::<_, Status>((p, wrapping))
+                Ok::<_, LaunchError>((p, wrapping))
             })
             .await
         };
@@ -530,100 +535,96 @@ impl Launcher {
         match spawn::bubblewrap(program, &envelope, bound, spawn::Command::Later, service_user(&p.policy)) {
             // Unwanted by now, it comes back and is killed.
             Ok(started) => drop(sender.send(Warm::new(key, started))),
-            Err(e) => tracing::debug!(run = %short(&run_id), error = %e, "cannot make the next envelope"),
+            Err(e) => tracing::debug!(run = %crate::short(&run_id), error = %e, "cannot make the next envelope"),
         }
+    }
+}
+
+/// The kind of a request, checked.
+pub fn kind_of(kind: i32) -> Result<Kind, LaunchError> {
+    match EnvelopeKind::try_from(kind) {
+        Ok(EnvelopeKind::Overlay) => Ok(Kind::Overlay),
+        Ok(EnvelopeKind::HarnessBash) => Ok(Kind::HarnessBash),
+        Ok(EnvelopeKind::Runner) => Ok(Kind::Runner),
+        _ => Err(LaunchError::BadRequest(format!("unknown envelope kind {kind}"))),
     }
 }
 
 /// The descriptors of what `envelope` binds by descriptor, opened beneath the run's
 /// registered roots with no link followed ([`crate::beneath::open_bound`]).
 #[cfg(target_os = "linux")]
-fn open_bound(policy: &RunPolicy, envelope: &BwrapCommand) -> Result<Vec<std::os::fd::OwnedFd>, Status> {
+fn open_bound(policy: &RunPolicy, envelope: &BwrapCommand) -> Result<Vec<std::os::fd::OwnedFd>, LaunchError> {
     crate::beneath::open_bound(&policy.identities, &envelope.bound).map_err(|e| match &e {
-        crate::beneath::BindError::Link { path } => link_refusal(&e, path),
-        _ => Status::failed_precondition(format!("refusing to launch: {e}")),
+        crate::beneath::BindError::Link { path } => {
+            LaunchError::LinkInRoot { path: path.clone(), message: e.to_string() }
+        }
+        _ => LaunchError::Refused(e.to_string()),
     })
 }
 
-/// A launch refused for a link at `path` inside the run's roots: a refusal a client
-/// tells apart by its reason, `LINK_IN_ROOT`, with the path in its metadata.
-fn link_refusal(why: &dyn std::fmt::Display, path: &Path) -> Status {
-    reasons::refusal(
-        tonic::Code::FailedPrecondition,
-        format!("refusing to launch: {why}"),
-        reasons::LINK_IN_ROOT,
-        &[("path", path.to_string_lossy().into_owned())],
-    )
-}
-
-fn cannot_start(e: std::io::Error) -> Status {
-    Status::failed_precondition(format!("cannot start the launch: {e}"))
-}
-
 /// Who a launch runs as when sandboxd is root: the owner of the run's working
-/// directory, or `nobody` when that is root itself. `None` when we are not root.
-pub fn service_user(policy: &RunPolicy) -> Option<(u32, u32)> {
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
+/// directory, or the service user when that is root itself. `None` when we are not root.
+pub fn service_user(policy: &RunPolicy) -> Option<ServiceUser> {
+    let service = ServiceUser::when_root()?;
     // By handle, like every look into the run's roots: the working directory lies in
     // `repos/`, which the agent writes.
     let owner = crate::beneath::open_dir_no_links(&policy.work_dir).and_then(|dir| nix::sys::stat::fstat(&dir));
     match owner {
-        Ok(st) if st.st_uid != 0 => Some((st.st_uid, st.st_gid)),
-        _ => Some(crate::probe::UNPRIVILEGED),
+        Ok(st) if st.st_uid != 0 => Some(ServiceUser { uid: st.st_uid, gid: st.st_gid }),
+        _ => Some(service),
     }
 }
 
-/// Forwards a pipe as chunks; stderr of an envelope is also scanned for violations.
-async fn forward(
-    mut pipe: impl AsyncRead + Unpin,
-    tx: mpsc::Sender<Result<pb::LaunchEvent, Status>>,
-    is_stderr: bool,
-    scan: bool,
-) {
+/// Which of a launch's pipes [`forward`] carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pipe {
+    Stdout,
+    /// An unwrapped launch's stderr: carried as it is.
+    Stderr,
+    /// An envelope's stderr: also scanned for what the envelope refused.
+    EnvelopeStderr,
+}
+
+/// Forwards a pipe as chunks, and an envelope's stderr lines as violations too.
+async fn forward(mut pipe: impl AsyncRead + Unpin, tx: mpsc::Sender<Result<pb::LaunchResponse, Status>>, which: Pipe) {
     let mut buffer = vec![0u8; 16 * 1024];
     let mut partial: Vec<u8> = Vec::new();
     let mut dedup = Deduplicator::new(MAX_VIOLATIONS);
+    let scan = which == Pipe::EnvelopeStderr;
+    // Reports the line's violation, if it is one not yet reported; false once the
+    // client is gone.
+    let report = async |line: &[u8], dedup: &mut Deduplicator| match scan_line(&String::from_utf8_lossy(line)) {
+        Some(v) if dedup.admit(&v) => {
+            tx.send(Ok(pb::LaunchResponse { event: Some(Event::Violation(v)) })).await.is_ok()
+        }
+        _ => true,
+    };
     loop {
         let n = match pipe.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         let chunk = buffer[..n].to_vec();
-        let event = if is_stderr { Event::Stderr(chunk.clone()) } else { Event::Stdout(chunk.clone()) };
-        if tx.send(Ok(pb::LaunchEvent { event: Some(event) })).await.is_err() {
+        let event = if which == Pipe::Stdout { Event::Stdout(chunk.clone()) } else { Event::Stderr(chunk.clone()) };
+        if tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await.is_err() {
             return;
         }
         if scan {
             partial.extend_from_slice(&chunk);
             while let Some(end) = partial.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = partial.drain(..=end).collect();
-                if let Some(v) = scan_line(&String::from_utf8_lossy(&line))
-                    && dedup.admit(&v)
-                    && tx.send(Ok(pb::LaunchEvent { event: Some(Event::Violation(v)) })).await.is_err()
-                {
+                if !report(&line, &mut dedup).await {
                     return;
                 }
             }
             // A line over 64 KiB is scanned as it stands rather than hoarded.
-            if partial.len() > 64 * 1024 {
-                let line: Vec<u8> = std::mem::take(&mut partial);
-                if let Some(v) = scan_line(&String::from_utf8_lossy(&line))
-                    && dedup.admit(&v)
-                    && tx.send(Ok(pb::LaunchEvent { event: Some(Event::Violation(v)) })).await.is_err()
-                {
-                    return;
-                }
+            if partial.len() > 64 * 1024 && !report(&std::mem::take(&mut partial), &mut dedup).await {
+                return;
             }
         }
     }
     // The last line, when it has no newline.
-    if scan
-        && !partial.is_empty()
-        && let Some(v) = scan_line(&String::from_utf8_lossy(&partial))
-        && dedup.admit(&v)
-    {
-        let _ = tx.send(Ok(pb::LaunchEvent { event: Some(Event::Violation(v)) })).await;
+    if scan && !partial.is_empty() {
+        report(&partial, &mut dedup).await;
     }
 }

@@ -4,14 +4,14 @@
 //! ([`environment`]), and reports what the envelope refused ([`violations`]).
 #![forbid(unsafe_code)]
 
-pub mod beneath;
+pub use cc_host::{beneath, probe};
 pub mod bwrap;
 pub mod environment;
+pub mod error;
 #[cfg(target_os = "linux")]
 pub mod init;
 pub mod launch;
 pub mod policy;
-pub mod probe;
 pub mod protect;
 pub mod sbpl;
 pub mod seatbelt;
@@ -27,7 +27,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cc_proto::common::v1::{GetStatusRequest, HelperStatus};
+use cc_proto::common::v1::SandboxBackend;
 use cc_proto::hardening::{Capability, CapabilityPolicy};
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::sandboxd::v1 as pb;
@@ -35,9 +35,10 @@ use cc_proto::sandboxd::v1::sandboxd_server::{Sandboxd, SandboxdServer};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::launch::{Launcher, Runs};
+use crate::error::LaunchError;
+use crate::launch::{Launcher, Runs, kind_of};
 use crate::policy::RunPolicy;
-use crate::probe::{Backend, ProbeResult, SandboxChoice};
+use crate::probe::{Backend, SandboxChoice};
 
 /// As root, sandboxd keeps only what launching as the run's unprivileged user needs:
 /// switching to it, killing its processes, and creating the protected files of its
@@ -66,7 +67,8 @@ pub struct SandboxdService {
 }
 
 impl SandboxdService {
-    pub fn new(context: &HelperContext) -> Self {
+    /// Refuses to serve when native was asked for and the probe failed.
+    pub fn new(context: &HelperContext) -> Result<Self, StartError> {
         let options = &context.bootstrap.options;
         let choice = options.get("sandbox").and_then(|s| s.parse().ok()).unwrap_or(SandboxChoice::Auto);
         let bwrap = options.get("bwrap").map(PathBuf::from);
@@ -74,42 +76,56 @@ impl SandboxdService {
         tracing::info!(probe = %probe.line(), "sandboxd probe");
         // The supervisor asked for native: never launch unwrapped instead (fail closed).
         if choice == SandboxChoice::Native && probe.backend != Backend::Native {
-            eprintln!("cc-sandboxd: --sandbox native was asked for, but {}", probe.line());
-            std::process::exit(2);
+            return Err(StartError::NativeUnavailable(probe.line()));
         }
         let data_dir =
             std::fs::canonicalize(&context.bootstrap.data_dir).unwrap_or_else(|_| context.bootstrap.data_dir.clone());
         let runs = Arc::new(Runs::default());
         let launcher = Arc::new(Launcher::new(probe, runs.clone(), data_dir));
-        Self { context: context.clone(), launcher, runs }
+        Ok(Self { context: context.clone(), launcher, runs })
     }
 }
 
-fn backend(probe: &ProbeResult) -> i32 {
-    match probe.backend {
-        Backend::Native => pb::Backend::Native as i32,
-        Backend::None => pb::Backend::None as i32,
-    }
+/// Why sandboxd does not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The supervisor asked for native: never launch unwrapped instead (fail closed).
+    #[error("--sandbox native was asked for, but {0}")]
+    NativeUnavailable(String),
+}
+
+/// Blocking work of a request, off the async threads.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, LaunchError> + Send + 'static,
+) -> Result<T, LaunchError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| LaunchError::Internal(e.to_string()))?
 }
 
 #[tonic::async_trait]
 impl Sandboxd for SandboxdService {
-    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<HelperStatus>, Status> {
-        Ok(Response::new(self.context.status()))
+    async fn get_status(
+        &self,
+        _request: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        Ok(Response::new(pb::GetStatusResponse { status: Some(self.context.status()) }))
     }
 
-    async fn get_probe(&self, _request: Request<pb::GetProbeRequest>) -> Result<Response<pb::Probe>, Status> {
+    async fn get_probe(
+        &self,
+        _request: Request<pb::GetProbeRequest>,
+    ) -> Result<Response<pb::GetProbeResponse>, Status> {
         let probe = self.launcher.probe();
-        Ok(Response::new(pb::Probe { backend: backend(probe), detail: probe.detail.clone() }))
+        let backend = SandboxBackend::from(probe.backend) as i32;
+        Ok(Response::new(pb::GetProbeResponse { backend, detail: probe.detail.clone() }))
     }
 
-    async fn register_run(&self, request: Request<pb::RunPolicy>) -> Result<Response<pb::RegisterRunResponse>, Status> {
-        let proto = request.into_inner();
+    async fn register_run(
+        &self,
+        request: Request<pb::RegisterRunRequest>,
+    ) -> Result<Response<pb::RegisterRunResponse>, Status> {
+        let proto = request.into_inner().policy.ok_or_else(|| Status::invalid_argument("the request has no policy"))?;
         let data_dir = self.launcher.data_dir().to_owned();
-        let policy = tokio::task::spawn_blocking(move || RunPolicy::from_proto(&proto, &data_dir))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let policy = off_thread(move || Ok(RunPolicy::from_proto(&proto, &data_dir)?)).await?;
         self.runs.register(policy);
         Ok(Response::new(pb::RegisterRunResponse {}))
     }
@@ -119,26 +135,34 @@ impl Sandboxd for SandboxdService {
         request: Request<pb::UnregisterRunRequest>,
     ) -> Result<Response<pb::UnregisterRunResponse>, Status> {
         let run_id = request.into_inner().run_id;
-        let killed =
-            self.runs.unregister(&run_id).ok_or_else(|| Status::not_found(format!("no run {:?}", short(&run_id))))?;
+        let killed = self.runs.unregister(&run_id).ok_or(LaunchError::RunNotFound(run_id))?;
         Ok(Response::new(pb::UnregisterRunResponse { killed }))
     }
 
-    type LaunchStream = ReceiverStream<Result<pb::LaunchEvent, Status>>;
+    type LaunchStream = ReceiverStream<Result<pb::LaunchResponse, Status>>;
 
     async fn launch(&self, request: Request<pb::LaunchRequest>) -> Result<Response<Self::LaunchStream>, Status> {
         let stream = self.launcher.clone().launch(request.into_inner()).await?;
         Ok(Response::new(stream))
     }
 
-    async fn explain(&self, request: Request<pb::ExplainRequest>) -> Result<Response<pb::ExplainResponse>, Status> {
-        Ok(Response::new(self.launcher.explain(request.into_inner())?))
+    async fn explain_envelope(
+        &self,
+        request: Request<pb::ExplainEnvelopeRequest>,
+    ) -> Result<Response<pb::ExplainEnvelopeResponse>, Status> {
+        let pb::ExplainEnvelopeRequest { run_id, kind, argv } = request.into_inner();
+        let kind = kind_of(kind)?;
+        if kind == bwrap::Kind::Runner {
+            return Err(LaunchError::BadRequest("the runner's envelope is GetRunnerEnvelope's".to_owned()).into());
+        }
+        let envelope = self.launcher.explain(&run_id, kind, &argv)?;
+        Ok(Response::new(pb::ExplainEnvelopeResponse { envelope: Some(envelope) }))
     }
 
-    async fn runner_envelope(
+    async fn get_runner_envelope(
         &self,
-        request: Request<pb::RunnerEnvelopeRequest>,
-    ) -> Result<Response<pb::ExplainResponse>, Status> {
+        request: Request<pb::GetRunnerEnvelopeRequest>,
+    ) -> Result<Response<pb::GetRunnerEnvelopeResponse>, Status> {
         let launcher = self.launcher.clone();
         let request = request.into_inner();
         let program = match request.runner_program.as_slice() {
@@ -146,20 +170,16 @@ impl Sandboxd for SandboxdService {
             bytes => {
                 let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes));
                 if !path.is_absolute() || bytes.contains(&0) || !path.is_file() {
-                    return Err(Status::invalid_argument(format!(
-                        "the runner program {} must be an absolute path to a file",
-                        path.display()
-                    )));
+                    let why = format!("the runner program {} must be an absolute path to a file", path.display());
+                    return Err(LaunchError::BadRequest(why).into());
                 }
                 Some(path)
             }
         };
         let run_id = request.run_id;
         // Creating the missing vectors touches the disk: off the async threads.
-        let answer = tokio::task::spawn_blocking(move || launcher.runner_envelope(&run_id, program.as_deref()))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))??;
-        Ok(Response::new(answer))
+        let envelope = off_thread(move || launcher.runner_envelope(&run_id, program.as_deref())).await?;
+        Ok(Response::new(pb::GetRunnerEnvelopeResponse { envelope: Some(envelope) }))
     }
 }
 
@@ -167,6 +187,6 @@ pub(crate) fn short(text: &str) -> String {
     text.chars().take(64).collect()
 }
 
-pub fn service(context: &HelperContext) -> SandboxdServer<SandboxdService> {
-    SandboxdServer::new(SandboxdService::new(context)).max_decoding_message_size(MAX_MESSAGE_BYTES)
+pub fn service(context: &HelperContext) -> Result<SandboxdServer<SandboxdService>, StartError> {
+    Ok(SandboxdServer::new(SandboxdService::new(context)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }

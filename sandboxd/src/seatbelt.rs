@@ -14,8 +14,7 @@ use crate::bwrap::Kind;
 use crate::policy::RunPolicy;
 use crate::sbpl::{self, ProfileInputs, SbplError};
 
-/// Where macOS keeps the tool.
-pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
+pub use cc_host::probe::SANDBOX_EXEC;
 
 /// Paths in the person's home no launch may read: keys, cloud and registry
 /// credentials, the keychains.
@@ -94,29 +93,6 @@ mod live {
     use crate::seatbelt_log::{self, Denial};
     use crate::violations::Deduplicator;
 
-    /// A test launch under the smallest profile, as the Linux probe does with
-    /// bubblewrap: the tool exists, and this user may use it.
-    pub fn probe() -> ProbeResult {
-        let none = |detail: String| ProbeResult { backend: Backend::None, detail, program: None };
-        let launch = Command::new(super::SANDBOX_EXEC)
-            .args(["-p", "(version 1)(allow default)", "--", "/usr/bin/true"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .output();
-        match launch {
-            Ok(out) if out.status.success() => ProbeResult {
-                backend: Backend::Native,
-                detail: "sandbox-exec (Seatbelt)".into(),
-                program: Some(PathBuf::from(super::SANDBOX_EXEC)),
-            },
-            Ok(out) => {
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                none(format!("sandbox-exec cannot apply a profile: {}", stderr.lines().next().unwrap_or("no message")))
-            }
-            Err(e) => none(format!("sandbox-exec cannot run: {e}")),
-        }
-    }
-
     /// One `log stream` for all launches, its denials broadcast to whoever listens.
     pub struct DenialFeed {
         tx: broadcast::Sender<(Denial, String)>,
@@ -154,7 +130,7 @@ mod live {
         pub fn forward(
             &self,
             group: u32,
-            events: mpsc::Sender<Result<pb::LaunchEvent, Status>>,
+            events: mpsc::Sender<Result<pb::LaunchResponse, Status>>,
             limit: usize,
         ) -> tokio::task::JoinHandle<()> {
             let mut rx = self.tx.subscribe();
@@ -170,7 +146,7 @@ mod live {
                     let ours = nix::unistd::getpgid(Some(pid)).is_ok_and(|g| g.as_raw() as u32 == group);
                     let violation = seatbelt_log::to_violation(&denial, &line);
                     if ours && dedup.admit(&violation) {
-                        let event = pb::LaunchEvent { event: Some(pb::launch_event::Event::Violation(violation)) };
+                        let event = pb::LaunchResponse { event: Some(pb::launch_event::Event::Violation(violation)) };
                         if events.send(Ok(event)).await.is_err() {
                             return;
                         }

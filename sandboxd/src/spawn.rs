@@ -67,7 +67,7 @@ pub fn bubblewrap(
     envelope: &BwrapCommand,
     bound: Vec<OwnedFd>,
     command: Command<'_>,
-    user: Option<(u32, u32)>,
+    user: Option<cc_host::ServiceUser>,
 ) -> std::io::Result<Started> {
     if bound.len() != envelope.bound.len() {
         return Err(std::io::Error::other("a descriptor for every path bound by descriptor is needed"));
@@ -88,7 +88,7 @@ pub fn bubblewrap(
     c.env_clear();
     // As root, every launch runs as the run's unprivileged user (bubblewrap then
     // relies on unprivileged user namespaces, as it does for a user's supervisor).
-    if let Some((uid, gid)) = user {
+    if let Some(cc_host::ServiceUser { uid, gid }) = user {
         c.uid(uid).gid(gid);
     }
     let stdin = if later { Stdio::piped() } else { Stdio::null() };

@@ -34,7 +34,7 @@ pub struct WarmKey {
     options: Vec<OsString>,
     init: Vec<OsString>,
     /// Who it runs as (sandboxd as root launches as the owner of the run's files).
-    user: Option<(u32, u32)>,
+    user: Option<cc_host::ServiceUser>,
     /// Device and inode, as the host sees them now, of everything the options mount:
     /// the descriptors of every path inside the roots (what a launch binds), then every
     /// other absolute path among bubblewrap's options (the system view, the masks over
@@ -50,7 +50,7 @@ impl WarmKey {
     /// `bound`: the descriptors of `envelope.bound`, opened for this launch. The paths
     /// inside the roots are the agent's and are never looked up by path here: the
     /// descriptors say what they are.
-    pub fn new(envelope: &BwrapCommand, user: Option<(u32, u32)>, bound: &[OwnedFd]) -> Self {
+    pub fn new(envelope: &BwrapCommand, user: Option<cc_host::ServiceUser>, bound: &[OwnedFd]) -> Self {
         use std::os::unix::ffi::OsStrExt;
         let mut identities: Vec<(u64, u64)> =
             bound.iter().map(|fd| crate::beneath::identity(fd).unwrap_or((0, 0))).collect();
@@ -154,7 +154,7 @@ mod tests {
         let mut other_command = envelope(&config);
         other_command.command = vec!["false".into()];
         assert_eq!(key, WarmKey::new(&other_command, None, &[]));
-        assert_ne!(key, WarmKey::new(&envelope(&config), Some((65534, 65534)), &[]));
+        assert_ne!(key, WarmKey::new(&envelope(&config), Some(cc_host::ServiceUser::NOBODY), &[]));
         // Written in place: the same file, and the mount on it holds.
         std::fs::write(&config, "in place").unwrap();
         assert_eq!(key, WarmKey::new(&envelope(&config), None, &[]));

@@ -1,29 +1,38 @@
-//! The client API (`cc.supervisor.v1.Supervisor`) on `$DATA/sock/api.sock`.
+//! The client API's resource services on `$DATA/sock/api.sock`: `System`, `Workspaces`,
+//! `Repositories`, `Conversations` and `Sandbox`, all served by [`SupervisorApi`]
+//! (`Runs` and `Gate` have services of their own).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use cc_proto::broker::v1::broker_client::BrokerClient;
 use cc_proto::client::PresentSecret;
-use cc_proto::common::v1::{Event, GetStatusRequest as HelperStatusRequest, HelperStatus};
+use cc_proto::common::v1::{EnvelopeKind, HelperStatus, SandboxBackend};
 use cc_proto::gateway::v1::gateway_client::GatewayClient;
+use cc_proto::reasons;
 use cc_proto::sandboxd::v1 as sb;
 use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::supervisor_server::Supervisor;
+use cc_proto::supervisor::v1::conversations_server::Conversations as ConversationsRpc;
+use cc_proto::supervisor::v1::repositories_server::Repositories;
+use cc_proto::supervisor::v1::sandbox_server::Sandbox;
+use cc_proto::supervisor::v1::system_server::System;
+use cc_proto::supervisor::v1::workspaces_server::Workspaces;
+use cc_proto::time::timestamp;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::channels::{HelperChannels, SandboxdClientWithSecret};
 use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
 use crate::convert;
 use crate::events::EventLog;
-use crate::helpers::{Helper, HelperError, HelperSet, SUPERVISOR_PEER, Snapshot};
+use crate::helpers::{Helper, HelperError, HelperKind, HelperSet, SUPERVISOR_PEER, Snapshot};
+use crate::ids::{IdKind, RunId};
 use crate::runs::RunManager;
-use cc_sandboxd::probe::{Backend, ProbeResult};
+use cc_host::probe::ProbeResult;
 
 /// How long a live status check may take per helper.
 const HELPER_CHECK_TIMEOUT: Duration = Duration::from_millis(500);
@@ -69,18 +78,25 @@ impl SupervisorApi {
     async fn check_helper(&self, helper: &Helper, pid: u32) -> Result<HelperStatus, String> {
         let channel = self.channels.channel_to(helper, pid).await?;
         let auth = PresentSecret::new(SUPERVISOR_PEER, &helper.secret());
-        let request = HelperStatusRequest {};
         let call = async {
             let svc = |c: Channel| InterceptedService::new(c, auth.clone());
-            match helper.name() {
-                "sandboxd" => SandboxdClient::new(svc(channel)).get_status(request).await,
-                "broker" => BrokerClient::new(svc(channel)).get_status(request).await,
-                "gateway" => GatewayClient::new(svc(channel)).get_status(request).await,
-                other => Err(Status::internal(format!("no status client for helper {other}"))),
-            }
+            let status = match helper.kind() {
+                HelperKind::Sandboxd => {
+                    SandboxdClient::new(svc(channel)).get_status(sb::GetStatusRequest {}).await?.into_inner().status
+                }
+                HelperKind::Broker => {
+                    use cc_proto::broker::v1::GetStatusRequest;
+                    BrokerClient::new(svc(channel)).get_status(GetStatusRequest {}).await?.into_inner().status
+                }
+                HelperKind::Gateway => {
+                    use cc_proto::gateway::v1::GetStatusRequest;
+                    GatewayClient::new(svc(channel)).get_status(GetStatusRequest {}).await?.into_inner().status
+                }
+            };
+            status.ok_or_else(|| Status::internal("the helper answered without its status"))
         };
         match tokio::time::timeout(HELPER_CHECK_TIMEOUT, call).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Ok(status)) => Ok(status),
             Ok(Err(status)) => Err(status.message().to_owned()),
             Err(_) => Err(format!("no answer within {HELPER_CHECK_TIMEOUT:?}")),
         }
@@ -89,16 +105,24 @@ impl SupervisorApi {
 
 impl From<HelperError> for Status {
     fn from(e: HelperError) -> Status {
+        let message = e.to_string();
         match e {
-            HelperError::Unknown(_) => Status::invalid_argument(e.to_string()),
-            HelperError::StartFailed { .. } => Status::unavailable(e.to_string()),
-            HelperError::ShuttingDown => Status::unavailable(e.to_string()),
+            HelperError::Unknown(name) => {
+                reasons::refusal(Code::InvalidArgument, message, reasons::HELPER_NOT_FOUND, &[("name", name)])
+            }
+            HelperError::StartFailed { name, .. } => reasons::refusal(
+                Code::Unavailable,
+                message,
+                reasons::HELPER_UNAVAILABLE,
+                &[("helper", name.to_owned())],
+            ),
+            HelperError::ShuttingDown => Status::unavailable(message),
         }
     }
 }
 
-fn helper_info(helper: &Helper, snapshot: Snapshot) -> pb::HelperInfo {
-    pb::HelperInfo {
+fn helper_info(helper: &Helper, snapshot: Snapshot) -> pb::Helper {
+    pb::Helper {
         name: helper.name().to_owned(),
         pid: snapshot.pid.unwrap_or(0),
         state: snapshot.state as i32,
@@ -106,7 +130,7 @@ fn helper_info(helper: &Helper, snapshot: Snapshot) -> pb::HelperInfo {
         last_exit: snapshot.last_exit.map(|e| pb::ExitStatus {
             code: e.code,
             signal: e.signal,
-            time_unix_ms: e.time_unix_ms,
+            exit_time: Some(timestamp(e.time_unix_ms)),
         }),
         socket: helper.socket().display().to_string(),
         serving: false,
@@ -116,7 +140,7 @@ fn helper_info(helper: &Helper, snapshot: Snapshot) -> pb::HelperInfo {
 }
 
 #[tonic::async_trait]
-impl Supervisor for SupervisorApi {
+impl System for SupervisorApi {
     async fn get_status(
         &self,
         _request: Request<pb::GetStatusRequest>,
@@ -142,13 +166,10 @@ impl Supervisor for SupervisorApi {
             version: cc_proto::VERSION.to_owned(),
             pid: std::process::id(),
             data_dir: self.data_dir.clone(),
-            backend: match self.probe.backend {
-                Backend::Native => pb::SandboxBackend::Native,
-                Backend::None => pb::SandboxBackend::None,
-            } as i32,
+            backend: SandboxBackend::from(self.probe.backend) as i32,
             backend_line: self.probe.line(),
             helpers,
-            started_unix_ms: self.started_unix_ms,
+            start_time: Some(timestamp(self.started_unix_ms)),
         }))
     }
 
@@ -174,7 +195,7 @@ impl Supervisor for SupervisorApi {
         }))
     }
 
-    type WatchEventsStream = ReceiverStream<Result<Event, Status>>;
+    type WatchEventsStream = ReceiverStream<Result<pb::WatchEventsResponse, Status>>;
 
     async fn watch_events(
         &self,
@@ -186,14 +207,17 @@ impl Supervisor for SupervisorApi {
         tokio::spawn(async move { events.stream(since, follow, tx).await });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+}
 
+#[tonic::async_trait]
+impl Workspaces for SupervisorApi {
     async fn create_workspace(
         &self,
         request: Request<pb::CreateWorkspaceRequest>,
-    ) -> Result<Response<pb::Workspace>, Status> {
-        let name = request.into_inner().name;
+    ) -> Result<Response<pb::CreateWorkspaceResponse>, Status> {
+        let name = request.into_inner().workspace_id;
         let workspace = self.blocking(move |c| c.create_workspace(&name)).await?;
-        Ok(Response::new(convert::workspace(workspace)))
+        Ok(Response::new(pb::CreateWorkspaceResponse { workspace: Some(convert::workspace(workspace)) }))
     }
 
     async fn list_workspaces(
@@ -205,64 +229,77 @@ impl Supervisor for SupervisorApi {
             workspaces: workspaces.into_iter().map(convert::workspace).collect(),
         }))
     }
+}
 
-    async fn add_repo(&self, request: Request<pb::AddRepoRequest>) -> Result<Response<pb::Repo>, Status> {
-        let pb::AddRepoRequest { workspace, path, name } = request.into_inner();
+#[tonic::async_trait]
+impl Repositories for SupervisorApi {
+    async fn create_repository(
+        &self,
+        request: Request<pb::CreateRepositoryRequest>,
+    ) -> Result<Response<pb::CreateRepositoryResponse>, Status> {
+        let pb::CreateRepositoryRequest { workspace_id, path, name } = request.into_inner();
         let path = convert::bytes_path(&path)?;
-        let workspace = convert::workspace_or_default(&workspace).to_owned();
+        let workspace = convert::workspace_or_default(&workspace_id).to_owned();
         let name = (!name.is_empty()).then_some(name);
         let repo = self.blocking(move |c| c.add_repo(&workspace, &path, name.as_deref())).await?;
-        Ok(Response::new(convert::repo(repo)))
+        Ok(Response::new(pb::CreateRepositoryResponse { repository: Some(convert::repository(repo)) }))
     }
 
-    async fn list_repos(
+    async fn list_repositories(
         &self,
-        request: Request<pb::ListReposRequest>,
-    ) -> Result<Response<pb::ListReposResponse>, Status> {
-        let workspace = convert::workspace_or_default(&request.into_inner().workspace).to_owned();
+        request: Request<pb::ListRepositoriesRequest>,
+    ) -> Result<Response<pb::ListRepositoriesResponse>, Status> {
+        let workspace = convert::workspace_or_default(&request.into_inner().workspace_id).to_owned();
         let repos = self.blocking(move |c| c.repos(&workspace)).await?;
-        Ok(Response::new(pb::ListReposResponse { repos: repos.into_iter().map(convert::repo).collect() }))
+        Ok(Response::new(pb::ListRepositoriesResponse {
+            repositories: repos.into_iter().map(convert::repository).collect(),
+        }))
     }
 
-    async fn remove_repo(
+    async fn delete_repository(
         &self,
-        request: Request<pb::RemoveRepoRequest>,
-    ) -> Result<Response<pb::RemoveRepoResponse>, Status> {
-        let pb::RemoveRepoRequest { workspace, name } = request.into_inner();
-        let workspace = convert::workspace_or_default(&workspace).to_owned();
+        request: Request<pb::DeleteRepositoryRequest>,
+    ) -> Result<Response<pb::DeleteRepositoryResponse>, Status> {
+        let pb::DeleteRepositoryRequest { workspace_id, name } = request.into_inner();
+        let workspace = convert::workspace_or_default(&workspace_id).to_owned();
         self.blocking(move |c| c.remove_repo(&workspace, &name)).await?;
-        Ok(Response::new(pb::RemoveRepoResponse {}))
+        Ok(Response::new(pb::DeleteRepositoryResponse {}))
     }
+}
 
-    type NewConversationStream = ReceiverStream<Result<pb::ProvisionUpdate, Status>>;
+#[tonic::async_trait]
+impl ConversationsRpc for SupervisorApi {
+    type CreateConversationStream = ReceiverStream<Result<pb::CreateConversationResponse, Status>>;
 
-    async fn new_conversation(
+    async fn create_conversation(
         &self,
-        request: Request<pb::NewConversationRequest>,
-    ) -> Result<Response<Self::NewConversationStream>, Status> {
-        let pb::NewConversationRequest { workspace, repos, backend } = request.into_inner();
+        request: Request<pb::CreateConversationRequest>,
+    ) -> Result<Response<Self::CreateConversationStream>, Status> {
+        let pb::CreateConversationRequest { workspace_id, repository_names, backend } = request.into_inner();
         let backend = convert::backend(backend)?;
-        let workspace = convert::workspace_or_default(&workspace).to_owned();
+        let workspace = convert::workspace_or_default(&workspace_id).to_owned();
         let (tx, rx) = mpsc::channel(64);
         let conversations = self.conversations.clone();
         // Provisioning runs to its end even if the client goes away: a conversation is
         // made whole or not at all, and `conversation list` shows it.
         tokio::task::spawn_blocking(move || {
-            let send = |update: pb::provision_update::Update| {
-                let _ = tx.blocking_send(Ok(pb::ProvisionUpdate { update: Some(update) }));
+            use pb::create_conversation_response::Update;
+            let send = |update: Update| {
+                let _ = tx.blocking_send(Ok(pb::CreateConversationResponse { update: Some(update) }));
             };
             let progress = |event: ProvisionEvent| {
-                use pb::provision_update::Update;
                 send(match event {
-                    ProvisionEvent::Planned { repo, files } => Update::Planned(pb::ProvisionPlanned { repo, files }),
+                    ProvisionEvent::Planned { repo, files } => {
+                        Update::Planned(pb::ProvisionPlanned { repository_name: repo, files })
+                    }
                     ProvisionEvent::Progress { repo, files_done, files_total } => {
-                        Update::Progress(pb::ProvisionProgress { repo, files_done, files_total })
+                        Update::Progress(pb::ProvisionProgress { repository_name: repo, files_done, files_total })
                     }
                     ProvisionEvent::Warning(text) => Update::Warning(text),
                 })
             };
-            match conversations.create(&workspace, &repos, backend, &progress) {
-                Ok(record) => send(pb::provision_update::Update::Done(convert::conversation(record))),
+            match conversations.create(&workspace, &repository_names, backend, &progress) {
+                Ok(record) => send(Update::Conversation(convert::conversation(record))),
                 Err(e) => {
                     let _ = tx.blocking_send(Err(Status::from(e)));
                 }
@@ -275,79 +312,75 @@ impl Supervisor for SupervisorApi {
         &self,
         request: Request<pb::ListConversationsRequest>,
     ) -> Result<Response<pb::ListConversationsResponse>, Status> {
-        let workspace = request.into_inner().workspace;
+        let workspace = request.into_inner().workspace_id;
         let list = self.blocking(move |c| c.list((!workspace.is_empty()).then_some(workspace.as_str()))).await?;
         Ok(Response::new(pb::ListConversationsResponse {
             conversations: list.into_iter().map(convert::conversation).collect(),
         }))
     }
 
-    async fn sandbox_probe(
+    async fn delete_conversation(
         &self,
-        _request: Request<pb::SandboxProbeRequest>,
-    ) -> Result<Response<pb::SandboxProbeResponse>, Status> {
+        request: Request<pb::DeleteConversationRequest>,
+    ) -> Result<Response<pb::DeleteConversationResponse>, Status> {
+        let id = request.into_inner().conversation_id;
+        // Its runs end first: nothing may work in copies that are being removed.
+        self.runs.stop_conversation(&id, "its conversation was removed").await;
+        let removed = self.blocking(move |c| c.remove(&id)).await?;
+        Ok(Response::new(pb::DeleteConversationResponse { conversation: Some(convert::conversation(removed)) }))
+    }
+}
+
+#[tonic::async_trait]
+impl Sandbox for SupervisorApi {
+    async fn get_probe(
+        &self,
+        _request: Request<pb::GetProbeRequest>,
+    ) -> Result<Response<pb::GetProbeResponse>, Status> {
         let probe = self.channels.sandboxd().await?.get_probe(sb::GetProbeRequest {}).await?.into_inner();
-        let backend = match sb::Backend::try_from(probe.backend) {
-            Ok(sb::Backend::Native) => "native",
-            _ => "none",
-        };
-        Ok(Response::new(pb::SandboxProbeResponse { backend: backend.to_owned(), detail: probe.detail }))
+        Ok(Response::new(pb::GetProbeResponse { backend: probe.backend, detail: probe.detail }))
     }
 
-    async fn sandbox_explain(
+    async fn explain_envelope(
         &self,
-        request: Request<pb::SandboxExplainRequest>,
-    ) -> Result<Response<pb::SandboxExplainResponse>, Status> {
-        let pb::SandboxExplainRequest { conversation, agent, kind, argv, run } = request.into_inner();
-        let kind = match kind.as_str() {
-            "" | "harness_bash" | "harness-bash" => sb::DispatchKind::HarnessBash,
-            "overlay" => sb::DispatchKind::Overlay,
-            other => {
+        request: Request<pb::ExplainEnvelopeRequest>,
+    ) -> Result<Response<pb::ExplainEnvelopeResponse>, Status> {
+        let pb::ExplainEnvelopeRequest { conversation_id, agent, kind, argv, run_id } = request.into_inner();
+        let kind = match EnvelopeKind::try_from(kind) {
+            Ok(EnvelopeKind::Unspecified | EnvelopeKind::HarnessBash) => EnvelopeKind::HarnessBash,
+            Ok(EnvelopeKind::Overlay) => EnvelopeKind::Overlay,
+            _ => {
                 return Err(Status::invalid_argument(format!(
-                    "unknown kind {other:?} (expected overlay or harness_bash)"
+                    "unknown envelope kind {kind} (expected overlay or harness_bash)"
                 )));
             }
         };
         let argv = if argv.is_empty() { vec![b"sh".to_vec()] } else { argv };
-        let respond = |explained: sb::ExplainResponse| {
-            let backend = if explained.backend == sb::Backend::Native as i32 { "native" } else { "none" };
-            Response::new(pb::SandboxExplainResponse {
-                backend: backend.to_owned(),
-                argv: explained.argv,
-                env: explained.env,
+        let respond = |explained: sb::ExplainEnvelopeResponse| {
+            let envelope = explained.envelope.unwrap_or_default();
+            Response::new(pb::ExplainEnvelopeResponse {
+                backend: envelope.backend,
+                argv: envelope.argv,
+                env: envelope.env,
             })
         };
         let mut sandboxd = self.channels.sandboxd().await?;
-        if !run.is_empty() {
+        if !run_id.is_empty() {
             // The run's own registration, as its launches see it.
-            let live = self.runs.require_live(&run)?;
-            let request = sb::ExplainRequest { run_id: live.record.id.clone(), kind: kind as i32, argv };
-            return Ok(respond(sandboxd.explain(request).await?.into_inner()));
+            let live = self.runs.require_live(&RunId::from_wire(run_id))?;
+            let request = sb::ExplainEnvelopeRequest { run_id: live.run_id.to_string(), kind: kind as i32, argv };
+            return Ok(respond(sandboxd.explain_envelope(request).await?.into_inner()));
         }
         let agent = if agent.is_empty() { "default".to_owned() } else { agent };
-        let paths = self.blocking(move |c| c.run_paths(&conversation, &agent)).await?;
-        let run_id = format!(
-            "explain-{}",
-            &cc_proto::secret::PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..12]
-        );
+        let paths = self.blocking(move |c| c.run_paths(&conversation_id, &agent)).await?;
+        let run_id = crate::ids::mint(IdKind::Explanation).map_err(|e| Status::internal(e.to_string()))?;
         let policy = crate::runs::sandbox_policy(&run_id, &paths, None, self.runs.config());
-        sandboxd.register_run(policy).await?;
+        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) }).await?;
         // Unregistered however this request ends, a client that goes away included.
         let cleanup = Unregister(Some((sandboxd.clone(), run_id.clone())));
-        let explained = sandboxd.explain(sb::ExplainRequest { run_id, kind: kind as i32, argv }).await;
+        let explained = sandboxd.explain_envelope(sb::ExplainEnvelopeRequest { run_id, kind: kind as i32, argv }).await;
         drop(cleanup);
         Ok(respond(explained?.into_inner()))
-    }
-
-    async fn remove_conversation(
-        &self,
-        request: Request<pb::RemoveConversationRequest>,
-    ) -> Result<Response<pb::Conversation>, Status> {
-        let id = request.into_inner().id;
-        // Its runs end first: nothing may work in copies that are being removed.
-        self.runs.stop_conversation(&id, "its conversation was removed").await;
-        let removed = self.blocking(move |c| c.remove(&id)).await?;
-        Ok(Response::new(convert::conversation(removed)))
     }
 }
 

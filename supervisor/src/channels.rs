@@ -6,18 +6,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cc_proto::client::{self, PresentSecret};
+use cc_proto::reasons;
 use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
-use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+use tonic::{Code, Status};
 
-use crate::helpers::{Helper, HelperSet, SUPERVISOR_PEER};
+use crate::helpers::{Helper, HelperKind, HelperSet, SUPERVISOR_PEER};
 
 pub type SandboxdClientWithSecret = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
 
 pub struct HelperChannels {
     helpers: Arc<HelperSet>,
-    cache: Mutex<HashMap<&'static str, (u32, Channel)>>,
+    cache: Mutex<HashMap<HelperKind, (u32, Channel)>>,
 }
 
 impl HelperChannels {
@@ -30,24 +31,27 @@ impl HelperChannels {
     }
 
     pub async fn channel_to(&self, helper: &Helper, pid: u32) -> Result<Channel, String> {
-        if let Some((cached_pid, channel)) = self.cache.lock().ok().and_then(|c| c.get(helper.name()).cloned())
+        if let Some((cached_pid, channel)) = self.cache.lock().ok().and_then(|c| c.get(&helper.kind()).cloned())
             && cached_pid == pid
         {
             return Ok(channel);
         }
         let channel = client::connect_checked(helper.socket(), Some(pid)).await.map_err(|e| e.to_string())?;
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(helper.name(), (pid, channel.clone()));
+            cache.insert(helper.kind(), (pid, channel.clone()));
         }
         Ok(channel)
     }
 
     /// A client of sandboxd, over the cached channel to its current process.
     pub async fn sandboxd(&self) -> Result<SandboxdClientWithSecret, Status> {
-        let helper = self.helpers.get("sandboxd").map_err(|e| Status::internal(e.to_string()))?;
+        let helper = self.helpers.of(HelperKind::Sandboxd);
+        let unavailable = |message: String| {
+            reasons::refusal(Code::Unavailable, message, reasons::HELPER_UNAVAILABLE, &[("helper", "sandboxd".into())])
+        };
         let pid =
-            helper.snapshot().pid.ok_or_else(|| Status::unavailable("sandboxd is not running; see ccctl helpers"))?;
-        let channel = self.channel_to(helper, pid).await.map_err(Status::unavailable)?;
+            helper.snapshot().pid.ok_or_else(|| unavailable("sandboxd is not running; see ccctl helpers".into()))?;
+        let channel = self.channel_to(helper, pid).await.map_err(unavailable)?;
         Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
     }
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::helpers::HELPER_NAMES;
+use crate::helpers::HelperKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -166,8 +166,9 @@ impl Config {
     /// Parses and validates; the error is one line and names the place.
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: Config = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
-        if let Some(unknown) = config.helpers.keys().find(|name| !HELPER_NAMES.contains(&name.as_str())) {
-            return Err(format!("[helpers.{unknown}]: unknown helper (known: {})", HELPER_NAMES.join(", ")));
+        if let Some(unknown) = config.helpers.keys().find(|name| HelperKind::from_name(name).is_none()) {
+            let known: Vec<&str> = HelperKind::ALL.iter().map(|k| k.name()).collect();
+            return Err(format!("[helpers.{unknown}]: unknown helper (known: {})", known.join(", ")));
         }
         let r = &config.restart;
         if r.initial_backoff_ms == 0 || r.max_backoff_ms < r.initial_backoff_ms {

@@ -56,7 +56,7 @@ pub enum ProvisionEvent {
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
-    backend: String,
+    backend: Backend,
     /// (repo name, resolved checkout) — enough to undo a git worktree.
     repos: Vec<(String, PathBuf)>,
 }
@@ -207,10 +207,10 @@ impl Conversations {
         let registered = self.store.repos(workspace)?;
         let mut repos: Vec<&RepoRecord> = Vec::new();
         for name in repo_names {
-            let repo = registered
-                .iter()
-                .find(|r| &r.name == name)
-                .ok_or_else(|| RegistryError::NotFound { kind: "repository", name: name.chars().take(64).collect() })?;
+            let repo = registered.iter().find(|r| &r.name == name).ok_or_else(|| RegistryError::NotFound {
+                kind: crate::registry::Resource::Repository,
+                name: name.chars().take(64).collect(),
+            })?;
             if !repos.iter().any(|r| r.name == repo.name) {
                 repos.push(repo);
             }
@@ -230,7 +230,7 @@ impl Conversations {
             Ok(repos) => ConversationRecord {
                 id: id.clone(),
                 workspace: workspace.to_owned(),
-                backend: backend.as_str().to_owned(),
+                backend,
                 created_unix_ms: now(),
                 repos,
             },
@@ -261,10 +261,8 @@ impl Conversations {
         backend: Backend,
         progress: &(dyn Fn(ProvisionEvent) + Sync),
     ) -> Result<Vec<ConversationRepo>, ConversationError> {
-        let manifest = Manifest {
-            backend: backend.as_str().to_owned(),
-            repos: repos.iter().map(|r| (r.name.clone(), r.resolved_path.clone())).collect(),
-        };
+        let manifest =
+            Manifest { backend, repos: repos.iter().map(|r| (r.name.clone(), r.resolved_path.clone())).collect() };
         let manifest_path = dir.join(MANIFEST);
         fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap_or_default())
             .map_err(io_err("write", &manifest_path))?;
@@ -353,7 +351,7 @@ impl Conversations {
     /// checkout's files: links inside the copies are removed, not followed.
     pub fn remove(&self, id: &str) -> Result<ConversationRecord, ConversationError> {
         let record = self.store.conversation(id)?;
-        let backend: Backend = record.backend.parse().unwrap_or_default();
+        let backend = record.backend;
         let dir = self.data.conversation_dir(&record.id);
         // Out of the way in one rename, then the row, then the files: a failure or a crash
         // part-way leaves either the whole conversation or a trash directory that the next
@@ -398,7 +396,7 @@ impl Conversations {
             attachments: attachments.is_dir().then(|| canon(&attachments)).transpose()?,
             work_dir: canon(&work_dir)?,
             write_deny: record.repos.iter().flat_map(|r| [r.source_path.clone(), r.source_resolved.clone()]).collect(),
-            shared_git: if record.backend == Backend::GitWorktree.as_str() {
+            shared_git: if record.backend == Backend::GitWorktree {
                 record
                     .repos
                     .iter()
@@ -459,7 +457,7 @@ impl Conversations {
             }
             let manifest: Option<Manifest> =
                 fs::read(dir.join(MANIFEST)).ok().and_then(|b| serde_json::from_slice(&b).ok());
-            let backend = manifest.as_ref().and_then(|m| m.backend.parse().ok()).unwrap_or_default();
+            let backend = manifest.as_ref().map(|m| m.backend).unwrap_or_default();
             undo(&dir, &id, backend, manifest.map(|m| m.repos).unwrap_or_default());
             self.events.record("conversation_swept", &format!("conversation:{id}"), json!({ "reason": "unfinished" }));
             swept.push(id);
@@ -492,8 +490,8 @@ fn now() -> i64 {
 /// As root, the unprivileged service user that every launch of a conversation's agents
 /// runs as (sandboxd launches as the owner of the working directory); otherwise nobody
 /// else: what we make is ours.
-fn service_user() -> Option<(u32, u32)> {
-    nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED)
+fn service_user() -> Option<cc_host::ServiceUser> {
+    cc_host::ServiceUser::when_root()
 }
 
 /// What of a copy is given to the service user after it is made.
@@ -518,10 +516,8 @@ fn give_to_service_user(dir: &Path, name: &str, what: Give) -> Result<(), Worktr
     .map_err(WorktreeError::io("give to the service user", &dir.join(name)))
 }
 
-/// `c` and 16 hex digits.
-fn new_id() -> Result<String, cc_proto::secret::SecretError> {
-    let secret = cc_proto::secret::PeerSecret::generate()?;
-    Ok(format!("c{}", &secret.expose()[..16]))
+fn new_id() -> Result<String, crate::ids::MintError> {
+    crate::ids::mint(crate::ids::IdKind::Conversation)
 }
 
 #[cfg(test)]

@@ -12,10 +12,16 @@ use cc_proto::auth::PeerGuard;
 use cc_proto::helper::{MAX_MESSAGE_BYTES, unix_ms};
 use cc_proto::logging::LogFormat;
 use cc_proto::socket::{self, SocketError};
+use cc_proto::supervisor::v1::conversations_server::ConversationsServer;
 use cc_proto::supervisor::v1::gate_server::GateServer;
-use cc_proto::supervisor::v1::supervisor_server::SupervisorServer;
+use cc_proto::supervisor::v1::repositories_server::RepositoriesServer;
+use cc_proto::supervisor::v1::runs_server::RunsServer;
+use cc_proto::supervisor::v1::sandbox_server::SandboxServer;
+use cc_proto::supervisor::v1::system_server::SystemServer;
+use cc_proto::supervisor::v1::workspaces_server::WorkspacesServer;
 use serde_json::json;
 use tokio_stream::wrappers::UnixListenerStream;
+use tonic::server::NamedService;
 use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
 
@@ -26,15 +32,15 @@ use crate::conversations::Conversations;
 use crate::events::EventLog;
 use crate::gate::service::GateService;
 use crate::gate::{Gate, GateError};
-use crate::helpers::{HELPER_NAMES, HelperLaunch, HelperSet, SuperviseEnv};
+use crate::helpers::{HelperKind, HelperLaunch, HelperSet, ProcessTimeouts, SuperviseEnv};
 use crate::lock::{DataDirLock, LockError};
 use crate::paths::{DataDir, DataDirError};
+use crate::reflection;
 use crate::runs::service::RunsService;
 use crate::runs::{RunEnv, RunManager};
 use crate::sd_notify;
 use crate::store::{Store, StoreError};
-use cc_proto::supervisor::v1::runs_server::RunsServer;
-use cc_sandboxd::probe::{self, Backend, SandboxChoice};
+use cc_host::probe::{self, Backend, SandboxChoice};
 
 /// How long open client streams may delay shutdown.
 const API_DRAIN: Duration = Duration::from_secs(1);
@@ -85,6 +91,8 @@ pub enum StartError {
     HelperDir(std::io::Error),
     #[error("the client API failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error("cannot set up the client API: {0}")]
+    Api(String),
 }
 
 /// Runs the supervisor until `shutdown` resolves, then stops everything it started.
@@ -152,18 +160,19 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     if let Some(bwrap) = &config.sandbox.bwrap {
         sandboxd_options.insert("bwrap".to_owned(), bwrap.display().to_string());
     }
-    let launches = HELPER_NAMES
-        .iter()
-        .map(|&name| {
+    let launches = HelperKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let name = kind.name();
             let configured = config.helpers.get(name);
             HelperLaunch {
-                name,
+                kind,
                 program: configured
                     .and_then(|c| c.program.clone())
                     .unwrap_or_else(|| helper_dir.join(format!("cc-{name}"))),
                 args: configured.map(|c| c.args.clone()).unwrap_or_default(),
                 socket: data.helper_socket(name),
-                options: if name == "sandboxd" { sandboxd_options.clone() } else { Default::default() },
+                options: if kind == HelperKind::Sandboxd { sandboxd_options.clone() } else { Default::default() },
             }
         })
         .collect();
@@ -186,12 +195,12 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
         config: config.runs.clone(),
         log_format: options.log_format,
-        timeouts: (restart.ready_timeout(), restart.stop_timeout()),
+        timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
     });
 
-    // 8. Serve the client API: health, reflection, and the supervisor service, every
+    // 8. Serve the client API: health, reflection, and one service per resource, every
     //    call authorized by the caller's uid.
-    let api = SupervisorApi::new(
+    let api = Arc::new(SupervisorApi::new(
         unix_ms(SystemTime::now()),
         data.root().display().to_string(),
         probe,
@@ -199,23 +208,45 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         events.clone(),
         conversations,
         runs.clone(),
-    );
+    ));
+    let max = MAX_MESSAGE_BYTES;
+    let system = SystemServer::from_arc(api.clone()).max_decoding_message_size(max);
+    let workspaces = WorkspacesServer::from_arc(api.clone()).max_decoding_message_size(max);
+    let repositories = RepositoriesServer::from_arc(api.clone()).max_decoding_message_size(max);
+    let conversations = ConversationsServer::from_arc(api.clone()).max_decoding_message_size(max);
+    let sandbox = SandboxServer::from_arc(api).max_decoding_message_size(max);
+    let runs_service = RunsServer::new(RunsService::new(runs.clone())).max_decoding_message_size(max);
+    let gate_service = GateServer::new(GateService::new(gate)).max_decoding_message_size(max);
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<SupervisorServer<SupervisorApi>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(cc_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| StartError::NativeUnavailable(format!("reflection: {e}")))?;
+    health_reporter.set_serving::<SystemServer<SupervisorApi>>().await;
+    // What reflection lists: exactly what this socket serves.
+    let served = [
+        SystemServer::<SupervisorApi>::NAME,
+        WorkspacesServer::<SupervisorApi>::NAME,
+        RepositoriesServer::<SupervisorApi>::NAME,
+        ConversationsServer::<SupervisorApi>::NAME,
+        SandboxServer::<SupervisorApi>::NAME,
+        RunsServer::<RunsService>::NAME,
+        GateServer::<GateService>::NAME,
+        "grpc.health.v1.Health",
+    ];
+    let (reflection_v1, reflection_v1alpha) =
+        reflection::services(&[cc_proto::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET], &served)
+            .map_err(|e| StartError::Api(e.to_string()))?;
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(
         Server::builder()
             .layer(InterceptorLayer::new(PeerGuard::owner_or_root()))
             .add_service(health)
-            .add_service(reflection)
-            .add_service(SupervisorServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES))
-            .add_service(GateServer::new(GateService::new(gate)).max_decoding_message_size(MAX_MESSAGE_BYTES))
-            .add_service(RunsServer::new(RunsService::new(runs.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(system)
+            .add_service(workspaces)
+            .add_service(repositories)
+            .add_service(conversations)
+            .add_service(sandbox)
+            .add_service(gate_service)
+            .add_service(runs_service)
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                 let _ = api_stopped.await;
             }),

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use cc_proto::common::v1::Event;
 use cc_proto::helper::unix_ms;
+use cc_proto::supervisor::v1::WatchEventsResponse;
 use tokio::sync::{broadcast, mpsc};
 use tonic::Status;
 
@@ -43,7 +44,7 @@ impl EventLog {
 
     /// Streams the events after `since` into `out`, then (with `follow`) every new one,
     /// until the receiver goes away.
-    pub async fn stream(&self, since: u64, follow: bool, out: mpsc::Sender<Result<Event, Status>>) {
+    pub async fn stream(&self, since: u64, follow: bool, out: mpsc::Sender<Result<WatchEventsResponse, Status>>) {
         // Subscribe before replaying so that nothing recorded in between is missed;
         // duplicates are skipped by id.
         let mut live = self.live.subscribe();
@@ -60,7 +61,7 @@ impl EventLog {
             match received {
                 Ok(event) if event.id > last => {
                     last = event.id;
-                    if out.send(Ok(event)).await.is_err() {
+                    if out.send(Ok(WatchEventsResponse { event: Some(event) })).await.is_err() {
                         return;
                     }
                 }
@@ -76,7 +77,7 @@ impl EventLog {
 
     /// Sends every stored event after `since`; returns the last id sent (or `since`).
     /// `Err(())` when the receiver is gone or the database failed (already reported).
-    async fn replay(&self, since: u64, out: &mpsc::Sender<Result<Event, Status>>) -> Result<u64, ()> {
+    async fn replay(&self, since: u64, out: &mpsc::Sender<Result<WatchEventsResponse, Status>>) -> Result<u64, ()> {
         let mut last = since;
         loop {
             let page = match self.page_after(last).await {
@@ -89,7 +90,7 @@ impl EventLog {
             let full = page.len() == PAGE;
             for event in page {
                 last = event.id;
-                out.send(Ok(event)).await.map_err(|_| ())?;
+                out.send(Ok(WatchEventsResponse { event: Some(event) })).await.map_err(|_| ())?;
             }
             if !full {
                 return Ok(last);

@@ -23,9 +23,41 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::backoff::{Backoff, NextStart};
 use crate::config::RestartPolicy;
 use crate::events::EventLog;
+use cc_host::ServiceUser;
 
-/// The helpers the supervisor runs, in start order (stopped in reverse).
-pub const HELPER_NAMES: [&str; 3] = ["sandboxd", "broker", "gateway"];
+/// The helpers the supervisor runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HelperKind {
+    Sandboxd,
+    Broker,
+    Gateway,
+}
+
+impl HelperKind {
+    /// In start order (stopped in reverse).
+    pub const ALL: [HelperKind; 3] = [HelperKind::Sandboxd, HelperKind::Broker, HelperKind::Gateway];
+
+    /// Its name: in the API, the config (`[helpers.NAME]`), events, and `cc-NAME`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HelperKind::Sandboxd => "sandboxd",
+            HelperKind::Broker => "broker",
+            HelperKind::Gateway => "gateway",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<HelperKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// How long a helper-protocol process may take to say READY, and the grace it gets
+/// between SIGTERM and SIGKILL when it is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessTimeouts {
+    pub ready: Duration,
+    pub stop: Duration,
+}
 
 /// The name the supervisor uses as a peer on helper sockets.
 pub const SUPERVISOR_PEER: &str = "supervisor";
@@ -37,7 +69,7 @@ const PASSED_ENV: &[&str] =
 /// How to start one helper.
 #[derive(Debug, Clone)]
 pub struct HelperLaunch {
-    pub name: &'static str,
+    pub kind: HelperKind,
     pub program: PathBuf,
     pub args: Vec<String>,
     pub socket: PathBuf,
@@ -105,8 +137,11 @@ pub struct Helper {
 }
 
 impl Helper {
+    pub fn kind(&self) -> HelperKind {
+        self.launch.kind
+    }
     pub fn name(&self) -> &'static str {
-        self.launch.name
+        self.launch.kind.name()
     }
     pub fn socket(&self) -> &std::path::Path {
         &self.launch.socket
@@ -128,7 +163,7 @@ impl Helper {
     }
 
     fn subject(&self) -> String {
-        format!("helper:{}", self.launch.name)
+        format!("helper:{}", self.name())
     }
 }
 
@@ -168,11 +203,15 @@ impl HelperSet {
         &self.helpers
     }
 
+    /// The helper named `name` (a client's word for it).
     pub fn get(&self, name: &str) -> Result<&Arc<Helper>, HelperError> {
-        self.helpers
-            .iter()
-            .find(|h| h.name() == name)
-            .ok_or_else(|| HelperError::Unknown(name.chars().take(64).collect()))
+        let kind = HelperKind::from_name(name).ok_or_else(|| HelperError::Unknown(name.chars().take(64).collect()))?;
+        Ok(self.of(kind))
+    }
+
+    /// The helper of `kind`: every kind is started, so it is always there.
+    pub fn of(&self, kind: HelperKind) -> &Arc<Helper> {
+        self.helpers.iter().find(|h| h.kind() == kind).expect("every helper kind is started")
     }
 
     /// Resolves once every helper is running at the same time.
@@ -401,7 +440,7 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<GroupChild, Launc
         *current = secret.clone();
     }
     let bootstrap = Bootstrap {
-        name: launch.name.to_owned(),
+        name: launch.kind.name().to_owned(),
         socket: launch.socket.clone(),
         data_dir: env.data_dir.clone(),
         log_format: env.log_format,
@@ -409,8 +448,8 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<GroupChild, Launc
         supervisor_pid: std::process::id(),
         options: launch.options.clone(),
     };
-    let timeouts = (env.policy.ready_timeout(), env.policy.stop_timeout());
-    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.name, None, vec![]).await
+    let timeouts = ProcessTimeouts { ready: env.policy.ready_timeout(), stop: env.policy.stop_timeout() };
+    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.kind.name(), None, vec![]).await
 }
 
 /// Spawns a helper-protocol process (a helper or a run's runner): it says HELLO, gets
@@ -421,15 +460,15 @@ pub(crate) async fn start_process(
     program: &std::path::Path,
     args: &[String],
     bootstrap: &Bootstrap,
-    (ready, stop): (Duration, Duration),
+    ProcessTimeouts { ready, stop }: ProcessTimeouts,
     name: &'static str,
-    user: Option<(u32, u32)>,
+    user: Option<ServiceUser>,
     bound: Vec<std::os::fd::OwnedFd>,
 ) -> Result<GroupChild, LaunchFailure> {
     let mut command = Command::new(program);
     if !bound.is_empty() {
         use command_fds::{CommandFdExt, FdMapping};
-        let first = cc_sandboxd::bwrap::FIRST_BOUND_FD;
+        let first = cc_host::FIRST_BOUND_FD;
         let mappings = bound.into_iter().zip(first..).map(|(parent_fd, child_fd)| FdMapping { parent_fd, child_fd });
         command.fd_mappings(mappings.collect()).map_err(|e| LaunchFailure {
             pid: None,
@@ -437,7 +476,7 @@ pub(crate) async fn start_process(
             message: format!("cannot pass descriptors to {}: {e}", program.display()),
         })?;
     }
-    if let Some((uid, gid)) = user {
+    if let Some(ServiceUser { uid, gid }) = user {
         command.uid(uid).gid(gid).current_dir("/");
     }
     command

@@ -2,26 +2,24 @@
 //!
 //! It owns the data directory (one supervisor per directory), `state.db` and its event
 //! log, the sandbox probe, and the lifecycle of every helper. [`daemon::run`] is the
-//! whole start-up and shutdown sequence; `ccctl` (the client) lives in [`cli`].
+//! whole start-up and shutdown sequence; `ccctl`, the client, is the `cc-client` crate.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod backoff;
 pub mod channels;
-pub mod cli;
-pub mod client;
 pub mod config;
 pub mod conversations;
 pub mod convert;
 pub mod daemon;
 pub mod events;
 pub mod gate;
-pub mod handback;
 pub mod helpers;
-pub mod install;
+pub mod ids;
 pub mod lock;
 pub mod names;
-pub mod paths;
+pub mod reflection;
+pub use cc_proto::paths;
 pub mod registry;
 pub mod runs;
 pub mod sd_notify;

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use cc_host::probe::SandboxChoice;
 use cc_proto::helper::Shutdown;
 use cc_proto::logging::{self, LogFormat};
-use cc_sandboxd::probe::SandboxChoice;
 use cc_supervisor::daemon::{self, DaemonOptions};
 use clap::Parser;
 

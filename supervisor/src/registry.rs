@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 use rusqlite::{OptionalExtension, params};
 
 use crate::store::{Store, StoreError};
+use crate::worktree::Backend;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error("no {kind} named {name:?}")]
-    NotFound { kind: &'static str, name: String },
+    NotFound { kind: Resource, name: String },
     #[error("{kind} {name:?} already exists")]
-    Exists { kind: &'static str, name: String },
+    Exists { kind: Resource, name: String },
     #[error("{path} is already registered in workspace {workspace} as {name:?}")]
     PathTaken { path: PathBuf, workspace: String, name: String },
     #[error(transparent)]
@@ -23,6 +24,24 @@ pub enum RegistryError {
 impl From<rusqlite::Error> for RegistryError {
     fn from(e: rusqlite::Error) -> Self {
         Self::Store(StoreError::Sql(e))
+    }
+}
+
+/// What the registry keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    Workspace,
+    Repository,
+    Conversation,
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Resource::Workspace => "workspace",
+            Resource::Repository => "repository",
+            Resource::Conversation => "conversation",
+        })
     }
 }
 
@@ -58,7 +77,7 @@ pub struct ConversationRepo {
 pub struct ConversationRecord {
     pub id: String,
     pub workspace: String,
-    pub backend: String,
+    pub backend: Backend,
     pub created_unix_ms: i64,
     pub repos: Vec<ConversationRepo>,
 }
@@ -79,7 +98,7 @@ impl Store {
             params![name, now],
         )?;
         if inserted == 0 {
-            return Err(RegistryError::Exists { kind: "workspace", name: name.to_owned() });
+            return Err(RegistryError::Exists { kind: Resource::Workspace, name: name.to_owned() });
         }
         Ok(Workspace { name: name.to_owned(), created_unix_ms: now })
     }
@@ -95,7 +114,7 @@ impl Store {
         let conn = self.conn()?;
         let found: Option<String> =
             conn.query_row("SELECT name FROM workspaces WHERE name = ?1", [name], |r| r.get(0)).optional()?;
-        found.map(|_| ()).ok_or_else(|| RegistryError::NotFound { kind: "workspace", name: name.to_owned() })
+        found.map(|_| ()).ok_or_else(|| RegistryError::NotFound { kind: Resource::Workspace, name: name.to_owned() })
     }
 
     pub fn add_repo(&self, repo: &RepoRecord) -> Result<(), RegistryError> {
@@ -120,7 +139,7 @@ impl Store {
             params![repo.workspace, repo.name, blob(&repo.path), blob(&repo.resolved_path), repo.created_unix_ms],
         )?;
         if inserted == 0 {
-            return Err(RegistryError::Exists { kind: "repository", name: repo.name.clone() });
+            return Err(RegistryError::Exists { kind: Resource::Repository, name: repo.name.clone() });
         }
         Ok(())
     }
@@ -146,7 +165,7 @@ impl Store {
         let conn = self.conn()?;
         let removed = conn.execute("DELETE FROM repos WHERE workspace = ?1 AND name = ?2", params![workspace, name])?;
         if removed == 0 {
-            return Err(RegistryError::NotFound { kind: "repository", name: name.to_owned() });
+            return Err(RegistryError::NotFound { kind: Resource::Repository, name: name.to_owned() });
         }
         Ok(())
     }
@@ -157,7 +176,12 @@ impl Store {
         let tx = conn.transaction()?;
         tx.execute(
             "INSERT INTO conversations (id, workspace, backend, created_unix_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![conversation.id, conversation.workspace, conversation.backend, conversation.created_unix_ms],
+            params![
+                conversation.id,
+                conversation.workspace,
+                conversation.backend.as_str(),
+                conversation.created_unix_ms
+            ],
         )?;
         for repo in &conversation.repos {
             tx.execute(
@@ -207,7 +231,7 @@ impl Store {
             })
             .optional()?;
         let Some((workspace, backend, created_unix_ms)) = head else {
-            return Err(RegistryError::NotFound { kind: "conversation", name: id.chars().take(64).collect() });
+            return Err(RegistryError::NotFound { kind: Resource::Conversation, name: id.chars().take(64).collect() });
         };
         let mut stmt = conn.prepare_cached(
             "SELECT repo, source_path, source_resolved, path, branch FROM conversation_repos
@@ -224,6 +248,8 @@ impl Store {
                 })
             })?
             .collect::<Result<_, _>>()?;
+        // A value this build does not know is the default's, as in the conversation's manifest.
+        let backend = backend.parse().unwrap_or_default();
         Ok(ConversationRecord { id: id.to_owned(), workspace, backend, created_unix_ms, repos })
     }
 
@@ -299,7 +325,7 @@ mod tests {
         let c = ConversationRecord {
             id: "c1".into(),
             workspace: "default".into(),
-            backend: "copy".into(),
+            backend: Backend::Copy,
             created_unix_ms: 5,
             repos: vec![ConversationRepo {
                 name: "a".into(),

@@ -124,7 +124,7 @@ impl Store {
         )?;
         Ok(Event {
             id: conn.last_insert_rowid() as u64,
-            time_unix_ms,
+            create_time: Some(cc_proto::time::timestamp(time_unix_ms)),
             kind: kind.to_owned(),
             subject: subject.to_owned(),
             payload_json,
@@ -141,7 +141,7 @@ impl Store {
         let rows = stmt.query_map(params![after, limit as i64], |row| {
             Ok(Event {
                 id: row.get::<_, i64>(0)? as u64,
-                time_unix_ms: row.get(1)?,
+                create_time: Some(cc_proto::time::timestamp(row.get(1)?)),
                 kind: row.get(2)?,
                 subject: row.get(3)?,
                 payload_json: row.get(4)?,

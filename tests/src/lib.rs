@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cc_client::Client;
 use cc_proto::common::v1::Event;
 use cc_proto::supervisor::v1 as pb;
-use cc_supervisor::client::Client;
 use tokio_stream::StreamExt;
 
 /// Where cargo put the workspace's binaries (the test binary lives in `deps/` below it).
@@ -170,7 +170,7 @@ impl Supervisor {
     }
 
     pub async fn client(&self) -> Client {
-        cc_supervisor::client::connect(&self.api_socket()).await.expect("connect to api.sock")
+        cc_client::connect(&self.api_socket()).await.expect("connect to api.sock")
     }
 
     /// pid of each helper, by name, from a live status.
@@ -241,11 +241,15 @@ pub async fn wait_for_event(
     limit: Duration,
     matches: impl Fn(&Event) -> bool,
 ) -> Event {
-    let mut stream =
-        client.watch_events(pb::WatchEventsRequest { since, follow: true }).await.expect("watch events").into_inner();
+    let mut stream = client
+        .system
+        .watch_events(pb::WatchEventsRequest { since, follow: true })
+        .await
+        .expect("watch events")
+        .into_inner();
     let found = tokio::time::timeout(limit, async {
         while let Some(event) = stream.next().await {
-            let event = event.expect("event stream");
+            let event = event.expect("event stream").event.expect("an event");
             if matches(&event) {
                 return Some(event);
             }
@@ -263,13 +267,14 @@ pub async fn wait_for_event(
 /// Every stored event (no follow).
 pub async fn all_events(client: &mut Client) -> Vec<Event> {
     let mut stream = client
+        .system
         .watch_events(pb::WatchEventsRequest { since: 0, follow: false })
         .await
         .expect("watch events")
         .into_inner();
     let mut out = Vec::new();
     while let Some(event) = stream.next().await {
-        out.push(event.expect("event"));
+        out.extend(event.expect("event").event);
     }
     out
 }

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use cc_proto::bootstrap::Bootstrap;
 use cc_proto::client::PresentSecret;
+pub use cc_proto::common::v1::{EnvelopeKind, SandboxBackend};
 use cc_proto::sandboxd::v1 as pb;
 use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
 use cc_proto::secret::PeerSecret;
@@ -160,21 +161,24 @@ impl Outcome {
     }
 }
 
-pub async fn run(client: &mut Client, run_id: &str, kind: pb::DispatchKind, script: &str) -> Outcome {
+pub async fn run(client: &mut Client, run_id: &str, kind: EnvelopeKind, script: &str) -> Outcome {
     run_argv(client, run_id, kind, vec![b"/bin/sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()]).await
 }
 
-pub async fn run_argv(client: &mut Client, run_id: &str, kind: pb::DispatchKind, argv: Vec<Vec<u8>>) -> Outcome {
+pub async fn run_argv(client: &mut Client, run_id: &str, kind: EnvelopeKind, argv: Vec<Vec<u8>>) -> Outcome {
     let request = pb::LaunchRequest { run_id: run_id.into(), kind: kind as i32, argv, timeout_seconds: 30 };
     let mut stream = client.launch(request).await.expect("launch").into_inner();
     let mut out = Outcome::default();
     while let Some(event) = stream.next().await {
         match event.expect("launch event").event {
-            Some(pb::launch_event::Event::Envelope(e)) => out.envelope = e,
-            Some(pb::launch_event::Event::Stdout(b)) => out.stdout.push_str(&String::from_utf8_lossy(&b)),
-            Some(pb::launch_event::Event::Stderr(b)) => out.stderr.push_str(&String::from_utf8_lossy(&b)),
-            Some(pb::launch_event::Event::Violation(v)) => out.violations.push(v),
-            Some(pb::launch_event::Event::Exit(e)) => out.exit = Some(e),
+            // As the CLI says it: "native" (in the envelope) or "unwrapped".
+            Some(pb::launch_response::Event::Envelope(e)) => {
+                out.envelope = if e == SandboxBackend::Native as i32 { "native" } else { "unwrapped" }.to_owned()
+            }
+            Some(pb::launch_response::Event::Stdout(b)) => out.stdout.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_response::Event::Stderr(b)) => out.stderr.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_response::Event::Violation(v)) => out.violations.push(v),
+            Some(pb::launch_response::Event::Exit(e)) => out.exit = Some(e),
             None => {}
         }
     }
@@ -184,4 +188,9 @@ pub async fn run_argv(client: &mut Client, run_id: &str, kind: pb::DispatchKind,
 pub fn bytes(p: &Path) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
     p.as_os_str().as_bytes().to_vec()
+}
+
+/// The request that registers `policy`.
+pub fn registration(policy: pb::RunPolicy) -> pb::RegisterRunRequest {
+    pb::RegisterRunRequest { policy: Some(policy) }
 }

@@ -20,7 +20,7 @@ async fn raw_restart(sup: &Supervisor, request: RawRestart) -> Result<pb::Restar
     let channel = cc_proto::client::connect(&sup.api_socket()).await.unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
-    let path = http::uri::PathAndQuery::from_static("/cc.supervisor.v1.Supervisor/RestartHelper");
+    let path = http::uri::PathAndQuery::from_static("/cc.supervisor.v1.System/RestartHelper");
     let codec = tonic_prost::ProstCodec::<RawRestart, pb::RestartHelperResponse>::default();
     grpc.unary(tonic::Request::new(request), path, codec).await.map(|r| r.into_inner())
 }

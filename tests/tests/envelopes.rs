@@ -14,8 +14,8 @@ mod links;
 #[path = "envelopes/warm.rs"]
 mod warm;
 
-const BASH: pb::DispatchKind = pb::DispatchKind::HarnessBash;
-const OVERLAY: pb::DispatchKind = pb::DispatchKind::Overlay;
+const BASH: cc_proto::common::v1::EnvelopeKind = cc_proto::common::v1::EnvelopeKind::HarnessBash;
+const OVERLAY: cc_proto::common::v1::EnvelopeKind = cc_proto::common::v1::EnvelopeKind::Overlay;
 
 /// A conversation's layout next to the person's checkout and secrets.
 struct World {
@@ -94,8 +94,13 @@ async fn native(w: &World, env: &[(&str, &str)]) -> Option<(Sandboxd, Client)> {
     let sbx = Sandboxd::start(&w.data, BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), env);
     let mut client = sbx.client().await;
     let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
-    assert_eq!(probe.backend, pb::Backend::Native as i32, "no native backend: {}", probe.detail);
-    client.register_run(policy(w)).await.expect("register the run");
+    assert_eq!(
+        probe.backend,
+        cc_proto::common::v1::SandboxBackend::Native as i32,
+        "no native backend: {}",
+        probe.detail
+    );
+    client.register_run(cc_tests::sandbox::registration(policy(w))).await.expect("register the run");
     Some((sbx, client))
 }
 
@@ -302,8 +307,8 @@ async fn a_sigterm_from_outside_reaches_the_command_through_our_init() {
     let (mut stdout, mut exit, mut signalled) = (String::new(), None, false);
     while let Some(event) = stream.next().await {
         match event.unwrap().event {
-            Some(pb::launch_event::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
-            Some(pb::launch_event::Event::Exit(e)) => exit = Some(e),
+            Some(pb::launch_response::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_response::Event::Exit(e)) => exit = Some(e),
             _ => {}
         }
         if stdout.contains("ready") && !signalled {
@@ -406,8 +411,11 @@ async fn unwrapped_launches_say_so_and_are_still_sanitized() {
     );
     let mut client = sbx.client().await;
     let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
-    assert_eq!((probe.backend, probe.detail.as_str()), (pb::Backend::None as i32, "--sandbox off"));
-    client.register_run(policy(&w)).await.unwrap();
+    assert_eq!(
+        (probe.backend, probe.detail.as_str()),
+        (cc_proto::common::v1::SandboxBackend::None as i32, "--sandbox off")
+    );
+    client.register_run(cc_tests::sandbox::registration(policy(&w))).await.unwrap();
     let out = run(&mut client, "r1", BASH, "env; pwd").await;
     assert_eq!(out.envelope, "unwrapped");
     assert!(out.violations.is_empty());
@@ -427,7 +435,7 @@ async fn bad_requests_are_refused_and_unregister_kills() {
     let mut bad_id = policy(&w);
     bad_id.run_id = "../r".into();
     for (p, needle) in [(relative, "absolute"), (linked, "goes through a symlink"), (bad_id, "run id")] {
-        let err = client.register_run(p).await.unwrap_err();
+        let err = client.register_run(cc_tests::sandbox::registration(p)).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(err.message().contains(needle), "{}", err.message());
     }
@@ -439,14 +447,14 @@ async fn bad_requests_are_refused_and_unregister_kills() {
     };
     let err = client.launch(launch("nope", BASH as i32, vec![b"true".to_vec()])).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
-    client.register_run(policy(&w)).await.unwrap();
+    client.register_run(cc_tests::sandbox::registration(policy(&w))).await.unwrap();
     for (kind, argv) in [
         (99, vec![b"true".to_vec()]),
         (0, vec![b"true".to_vec()]),
         (BASH as i32, vec![]),
         (BASH as i32, vec![b"a\0b".to_vec()]),
         // The runner kind is started by the supervisor from RunnerEnvelope, never launched.
-        (pb::DispatchKind::Runner as i32, vec![b"sh".to_vec()]),
+        (cc_proto::common::v1::EnvelopeKind::Runner as i32, vec![b"sh".to_vec()]),
     ] {
         let err = client.launch(launch("r1", kind, argv)).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
@@ -455,13 +463,15 @@ async fn bad_requests_are_refused_and_unregister_kills() {
     // With no native backend, the runner's envelope is empty (the supervisor then
     // starts the runner unwrapped), and for an unknown run it is not found.
     let envelope = client
-        .runner_envelope(pb::RunnerEnvelopeRequest { run_id: "r1".into(), runner_program: vec![] })
+        .get_runner_envelope(pb::GetRunnerEnvelopeRequest { run_id: "r1".into(), runner_program: vec![] })
         .await
         .unwrap()
-        .into_inner();
-    assert!(envelope.argv.is_empty() && envelope.backend == pb::Backend::None as i32);
+        .into_inner()
+        .envelope
+        .unwrap();
+    assert!(envelope.argv.is_empty() && envelope.backend == cc_proto::common::v1::SandboxBackend::None as i32);
     let err = client
-        .runner_envelope(pb::RunnerEnvelopeRequest { run_id: "nope".into(), runner_program: vec![] })
+        .get_runner_envelope(pb::GetRunnerEnvelopeRequest { run_id: "nope".into(), runner_program: vec![] })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
@@ -471,13 +481,13 @@ async fn bad_requests_are_refused_and_unregister_kills() {
         client.launch(launch("r1", BASH as i32, vec![b"sleep".to_vec(), b"1041".to_vec()])).await.unwrap().into_inner();
     use tokio_stream::StreamExt;
     let first = stream.next().await.unwrap().unwrap();
-    assert!(matches!(first.event, Some(pb::launch_event::Event::Envelope(_))));
+    assert!(matches!(first.event, Some(pb::launch_response::Event::Envelope(_))));
     let killed =
         client.unregister_run(pb::UnregisterRunRequest { run_id: "r1".into() }).await.unwrap().into_inner().killed;
     assert_eq!(killed, 1);
     let mut exit = None;
     while let Some(event) = stream.next().await {
-        if let Some(pb::launch_event::Event::Exit(e)) = event.unwrap().event {
+        if let Some(pb::launch_response::Event::Exit(e)) = event.unwrap().event {
             exit = Some(e);
         }
     }
@@ -569,8 +579,13 @@ async fn as_an_unprivileged_user_the_envelope_holds_too() {
         Sandboxd::start_as(Some(NOBODY), &w.data, BTreeMap::from([("sandbox".to_owned(), "native".to_owned())]), &[]);
     let mut client = sbx.client().await;
     let probe = client.get_probe(pb::GetProbeRequest {}).await.unwrap().into_inner();
-    assert_eq!(probe.backend, pb::Backend::Native as i32, "unprivileged user namespaces: {}", probe.detail);
-    client.register_run(policy(&w)).await.unwrap();
+    assert_eq!(
+        probe.backend,
+        cc_proto::common::v1::SandboxBackend::Native as i32,
+        "unprivileged user namespaces: {}",
+        probe.detail
+    );
+    client.register_run(cc_tests::sandbox::registration(policy(&w))).await.unwrap();
     let before = snapshot(&w.checkout);
     let script = format!(
         "id -u; grep CapEff /proc/self/status\n\
@@ -617,7 +632,7 @@ async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     let mut client = sbx.client().await;
     let mut p = policy(&w);
     p.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&socket) }];
-    client.register_run(p).await.unwrap();
+    client.register_run(cc_tests::sandbox::registration(p)).await.unwrap();
     let script = "bash -c 'exec 3<>/dev/tcp/127.0.0.1/41001; echo ping >&3; head -n1 <&3'\n\
                   python3 -c 'import socket\ntry:\n  socket.socket(socket.AF_UNIX).connect(\"/run/cc/bridges/41001.sock\"); print(\"DIRECT unix socket\")\nexcept OSError as e: print(\"unix errno\", e.errno)'\n\
                   bash -c 'echo > /dev/tcp/127.0.0.1/41002' 2>/dev/null && echo 'OTHER port'; true";
@@ -629,7 +644,7 @@ async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     // A bridge to something that is not a socket is refused at registration.
     let mut bad = policy(&w);
     bad.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&w.data.join("state.db")) }];
-    let err = client.register_run(bad).await.unwrap_err();
+    let err = client.register_run(cc_tests::sandbox::registration(bad)).await.unwrap_err();
     assert!(err.message().contains("is not a unix socket"), "{}", err.message());
 }
 
@@ -649,8 +664,8 @@ async fn a_very_long_command_line_reaches_the_command_whole() {
     let mut code = None;
     while let Some(event) = stream.next().await {
         match event.unwrap().event {
-            Some(pb::launch_event::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
-            Some(pb::launch_event::Event::Exit(e)) => code = e.code,
+            Some(pb::launch_response::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
+            Some(pb::launch_response::Event::Exit(e)) => code = e.code,
             _ => {}
         }
     }
@@ -737,7 +752,7 @@ async fn the_bridges_cannot_be_taken_over() {
     let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
     let mut p = policy(&w);
     p.bridges = vec![pb::Bridge { port: 41003, socket: bytes(&socket) }];
-    client.register_run(p).await.unwrap();
+    client.register_run(cc_tests::sandbox::registration(p)).await.unwrap();
     // The bridges are threads of our init (PID 1): no other process of ours is in the
     // envelope, and the init's memory and environment are out of the workload's reach.
     let script = "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q '^/run/cc/init' && echo \"init at $d\"; done; \

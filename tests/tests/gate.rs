@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use cc_proto::common::v1::{Decision, EffectClass, Mode};
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::approval_event::Event as Kind;
+use cc_proto::supervisor::v1::watch_approvals_response::Event as Kind;
 use cc_tests::{Options, Supervisor, all_events, bin, payload};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -26,8 +26,8 @@ fn with_rules(rules: &str, timeout_ms: u64) -> (tempfile::TempDir, Supervisor) {
     (tmp, sup)
 }
 
-async fn gate(sup: &Supervisor) -> cc_supervisor::client::Gate {
-    cc_supervisor::client::connect_gate(&sup.api_socket()).await.expect("connect")
+async fn gate(sup: &Supervisor) -> cc_client::Gate {
+    cc_client::connect_gate(&sup.api_socket()).await.expect("connect")
 }
 
 /// An action that asks under the default rules.
@@ -41,23 +41,23 @@ fn install_action(summary: &str) -> pb::Action {
     }
 }
 
-async fn decide(sup: &Supervisor, action: pb::Action) -> pb::DecideResponse {
-    gate(sup).await.decide(pb::DecideRequest { action: Some(action) }).await.expect("decide").into_inner()
+async fn decide(sup: &Supervisor, action: pb::Action) -> pb::DecideActionResponse {
+    gate(sup).await.decide_action(pb::DecideActionRequest { action: Some(action) }).await.expect("decide").into_inner()
 }
 
 /// Asks the gate from a task of its own, so that the test can answer meanwhile.
-fn spawn_decide(sup: &Supervisor, summary: &str) -> tokio::task::JoinHandle<pb::DecideResponse> {
+fn spawn_decide(sup: &Supervisor, summary: &str) -> tokio::task::JoinHandle<pb::DecideActionResponse> {
     let (socket, action) = (sup.api_socket(), install_action(summary));
     tokio::spawn(async move {
-        let mut gate = cc_supervisor::client::connect_gate(&socket).await.unwrap();
-        gate.decide(pb::DecideRequest { action: Some(action) }).await.unwrap().into_inner()
+        let mut gate = cc_client::connect_gate(&socket).await.unwrap();
+        gate.decide_action(pb::DecideActionRequest { action: Some(action) }).await.unwrap().into_inner()
     })
 }
 
 /// An approver speaking the wire protocol directly: questions in, answers out.
 struct Approver {
-    answers: mpsc::Sender<pb::ApprovalAnswer>,
-    events: tonic::Streaming<pb::ApprovalEvent>,
+    answers: mpsc::Sender<pb::WatchApprovalsRequest>,
+    events: tonic::Streaming<pb::WatchApprovalsResponse>,
 }
 
 impl Approver {
@@ -73,7 +73,7 @@ impl Approver {
         Approver { answers, events }
     }
 
-    async fn next(events: &mut tonic::Streaming<pb::ApprovalEvent>) -> Kind {
+    async fn next(events: &mut tonic::Streaming<pb::WatchApprovalsResponse>) -> Kind {
         let e = tokio::time::timeout(Duration::from_secs(10), events.next()).await.expect("an approval event in time");
         e.expect("stream open").expect("event").event.expect("event kind")
     }
@@ -93,7 +93,8 @@ impl Approver {
     }
 
     async fn answer(&self, id: &str, decision: Decision) {
-        let answer = pb::ApprovalAnswer { question_id: id.into(), decision: decision as i32, note: String::new() };
+        let answer =
+            pb::WatchApprovalsRequest { question_id: id.into(), decision: decision as i32, note: String::new() };
         self.answers.send(answer).await.expect("send answer");
     }
 }
@@ -127,13 +128,13 @@ async fn an_approver_answers_allow_and_deny_and_is_named_in_the_decision() {
         let asking = spawn_decide(&sup, "pip install x");
         let q = approver.question().await;
         assert_eq!(q.action.as_ref().unwrap().summary, "pip install x");
-        assert!(q.deadline_unix_ms > q.asked_unix_ms);
-        approver.answer(&q.id, answer).await;
+        assert!(cc_proto::time::unix_ms(q.deadline.as_ref()) > cc_proto::time::unix_ms(q.ask_time.as_ref()));
+        approver.answer(&q.question_id, answer).await;
         let reply = asking.await.unwrap();
         assert_eq!(reply.decision, want as i32, "{reply:?}");
         assert!(reply.decided_by.starts_with("alice"), "{reply:?}");
         let resolved = approver.resolved().await;
-        assert_eq!((resolved.id, resolved.decision), (q.id, want as i32));
+        assert_eq!((resolved.question_id, resolved.decision), (q.question_id, want as i32));
     }
     let events = all_events(&mut sup.client().await).await;
     let decided: Vec<_> = events.iter().filter(|e| e.kind == "gate_decision").map(payload).collect();
@@ -153,13 +154,13 @@ async fn an_unanswered_ask_times_out_as_a_deny() {
     assert_eq!(reply.decision, Decision::Deny as i32);
     assert_eq!(reply.reason, "no answer within 300ms");
     let resolved = approver.resolved().await;
-    assert_eq!((resolved.id, resolved.decision), (q.id.clone(), Decision::Deny as i32));
+    assert_eq!((resolved.question_id, resolved.decision), (q.question_id.clone(), Decision::Deny as i32));
     // A late answer changes nothing, and the approver is still registered.
-    approver.answer(&q.id, Decision::Allow).await;
+    approver.answer(&q.question_id, Decision::Allow).await;
     let again = spawn_decide(&sup, "second");
     let q2 = approver.question().await;
-    assert_ne!(q2.id, q.id);
-    approver.answer(&q2.id, Decision::Allow).await;
+    assert_ne!(q2.question_id, q.question_id);
+    approver.answer(&q2.question_id, Decision::Allow).await;
     assert_eq!(again.await.unwrap().decision, Decision::Allow as i32);
 }
 
@@ -171,16 +172,16 @@ async fn two_approvers_the_first_answer_wins_and_the_other_sees_it_resolved() {
     let asking = spawn_decide(&sup, "yarn add x");
     let q1 = first.question().await;
     let q2 = second.question().await;
-    assert_eq!(q1.id, q2.id);
-    second.answer(&q2.id, Decision::Deny).await;
+    assert_eq!(q1.question_id, q2.question_id);
+    second.answer(&q2.question_id, Decision::Deny).await;
     let reply = asking.await.unwrap();
     assert_eq!(reply.decision, Decision::Deny as i32);
     assert!(reply.decided_by.starts_with("second"), "{reply:?}");
     let seen = first.resolved().await;
-    assert_eq!(seen.id, q1.id);
+    assert_eq!(seen.question_id, q1.question_id);
     assert!(seen.decided_by.starts_with("second"), "{seen:?}");
     // The loser's answer, after the fact, is ignored.
-    first.answer(&q1.id, Decision::Allow).await;
+    first.answer(&q1.question_id, Decision::Allow).await;
     let events = all_events(&mut sup.client().await).await;
     assert_eq!(events.iter().filter(|e| e.kind == "gate_decision").count(), 1);
 }
@@ -194,8 +195,8 @@ async fn a_question_outlives_one_of_two_approvers_and_goes_to_the_other() {
     let q = leaving.question().await;
     drop(leaving);
     let q2 = staying.question().await;
-    assert_eq!(q.id, q2.id);
-    staying.answer(&q2.id, Decision::Allow).await;
+    assert_eq!(q.question_id, q2.question_id);
+    staying.answer(&q2.question_id, Decision::Allow).await;
     let reply = asking.await.unwrap();
     assert_eq!(reply.decision, Decision::Allow as i32);
     assert!(reply.decided_by.starts_with("staying"));
@@ -268,10 +269,10 @@ async fn rules_decide_with_their_source_and_tools_outside_the_mode_are_denied() 
     assert_eq!((reply.decision, reply.reason.as_str()), (Decision::Deny as i32, "tool not available in plan mode"));
 
     let bad = pb::Action { effects: vec![99], ..Default::default() };
-    let err = gate(&sup).await.decide(pb::DecideRequest { action: Some(bad) }).await.unwrap_err();
+    let err = gate(&sup).await.decide_action(pb::DecideActionRequest { action: Some(bad) }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("unknown effect class 99"), "{err}");
-    let err = gate(&sup).await.decide(pb::DecideRequest { action: None }).await.unwrap_err();
+    let err = gate(&sup).await.decide_action(pb::DecideActionRequest { action: None }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 }
 

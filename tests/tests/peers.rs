@@ -3,9 +3,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 
+use cc_proto::broker::v1::GetStatusRequest;
 use cc_proto::broker::v1::broker_client::BrokerClient;
 use cc_proto::client::PresentSecret;
-use cc_proto::common::v1::GetStatusRequest;
 use cc_proto::secret::PeerSecret;
 use cc_tests::{Options, Supervisor, bin};
 use tonic::service::interceptor::InterceptedService;

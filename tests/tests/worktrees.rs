@@ -210,20 +210,20 @@ async fn a_supervisor_killed_mid_provisioning_leaves_nothing_after_restart() {
     let data = tmp.path().join("data");
     let mut sup = supervisor_with(&data, &checkout);
     let mut client = sup.client().await;
-    let request = cc_proto::supervisor::v1::NewConversationRequest {
-        workspace: String::new(),
-        repos: vec!["demo".into()],
-        backend: cc_proto::supervisor::v1::WorktreeBackend::Copy as i32,
+    let request = cc_proto::supervisor::v1::CreateConversationRequest {
+        workspace_id: String::new(),
+        repository_names: vec!["demo".into()],
+        backend: cc_proto::common::v1::WorktreeBackend::Copy as i32,
     };
-    let mut stream = client.new_conversation(request).await.unwrap().into_inner();
+    let mut stream = client.conversations.create_conversation(request).await.unwrap().into_inner();
     // Kill while the copy is under way: after some files, before the last.
-    use cc_proto::supervisor::v1::provision_update::Update;
+    use cc_proto::supervisor::v1::create_conversation_response::Update;
     use tokio_stream::StreamExt;
     loop {
         let update = tokio::time::timeout(Duration::from_secs(20), stream.next()).await.unwrap().unwrap().unwrap();
         match update.update {
             Some(Update::Progress(p)) if p.files_done < p.files_total => break,
-            Some(Update::Done(_)) => panic!("provisioning finished before the test could interrupt it"),
+            Some(Update::Conversation(_)) => panic!("provisioning finished before the test could interrupt it"),
             _ => {}
         }
     }

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use cc_policy::Decision;
 use cc_proto::supervisor::v1::{
-    ApprovalEvent, ApprovalQuestion, ApprovalResolved, ApprovalWatching, approval_event::Event as Kind,
+    ApprovalQuestion, ApprovalResolved, ApprovalWatching, WatchApprovalsResponse as ApprovalEvent,
+    watch_approvals_response::Event as Kind,
 };
+use cc_proto::time::{timestamp, unix_ms};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
@@ -19,11 +21,14 @@ pub struct Outcome {
     pub decision: Decision,
     pub reason: String,
     pub decided_by: String,
+    /// Denied because no approver answered: none connected, none in time, or the
+    /// ones there went away. A client tells it from a refusal by its reason.
+    pub unanswered: bool,
 }
 
 impl Outcome {
     fn deny(reason: impl Into<String>) -> Self {
-        Outcome { decision: Decision::Deny, reason: reason.into(), decided_by: "gate".into() }
+        Outcome { decision: Decision::Deny, reason: reason.into(), decided_by: "gate".into(), unanswered: true }
     }
 }
 
@@ -112,7 +117,7 @@ impl Approvals {
         } else {
             format!("{} by {name}: {note}", if decision == Decision::Allow { "approved" } else { "refused" })
         };
-        let outcome = Outcome { decision, reason, decided_by: name };
+        let outcome = Outcome { decision, reason, decided_by: name, unanswered: false };
         let _ = pending.answer.send(outcome.clone());
         broadcast(&mut inner, resolved(question_id, &outcome));
         Ok(())
@@ -122,8 +127,9 @@ impl Approvals {
     /// or the last approver leaving. If the asker goes away first, the question is
     /// withdrawn.
     pub async fn ask(&self, mut question: ApprovalQuestion) -> Outcome {
-        question.deadline_unix_ms = question.asked_unix_ms.saturating_add(self.timeout.as_millis() as i64);
-        let id = question.id.clone();
+        let asked = unix_ms(question.ask_time.as_ref());
+        question.deadline = Some(timestamp(asked.saturating_add(self.timeout.as_millis() as i64)));
+        let id = question.question_id.clone();
         let (tx, rx) = oneshot::channel();
         {
             let mut inner = self.lock();
@@ -178,7 +184,7 @@ fn event(kind: Kind) -> ApprovalEvent {
 
 fn resolved(id: &str, outcome: &Outcome) -> ApprovalEvent {
     event(Kind::Resolved(ApprovalResolved {
-        id: id.to_owned(),
+        question_id: id.to_owned(),
         decision: super::wire::decision(outcome.decision) as i32,
         decided_by: outcome.decided_by.clone(),
         reason: outcome.reason.clone(),

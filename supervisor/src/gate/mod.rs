@@ -48,6 +48,8 @@ pub struct Decided {
     pub decision: Decision,
     pub reason: String,
     pub decided_by: String,
+    /// An ask that no approver answered (see [`Outcome::unanswered`]).
+    pub unanswered: bool,
     pub evaluation: Evaluation,
 }
 
@@ -84,18 +86,18 @@ impl Gate {
     /// decision is an event.
     pub async fn decide(&self, request: Request) -> Decided {
         let evaluation = self.evaluate(&request.action, &request.workspace);
-        let (decision, reason, decided_by) = match evaluation.decision {
+        let (decision, reason, decided_by, unanswered) = match evaluation.decision {
             Decision::Ask => {
                 let question = wire::question(&request, &evaluation);
                 self.events.record(
                     "approval_asked",
                     &subject(&request),
-                    json!({ "question": question.id, "summary": request.summary, "reason": evaluation.reason }),
+                    json!({ "question": question.question_id, "summary": request.summary, "reason": evaluation.reason }),
                 );
                 let outcome = self.approvals.ask(question).await;
-                (outcome.decision, outcome.reason, outcome.decided_by)
+                (outcome.decision, outcome.reason, outcome.decided_by, outcome.unanswered)
             }
-            other => (other, evaluation.reason.clone(), "policy".to_owned()),
+            other => (other, evaluation.reason.clone(), "policy".to_owned(), false),
         };
         self.events.record(
             "gate_decision",
@@ -113,7 +115,7 @@ impl Gate {
                 "summary": request.summary,
             }),
         );
-        Decided { decision, reason, decided_by, evaluation }
+        Decided { decision, reason, decided_by, unanswered, evaluation }
     }
 }
 

@@ -42,14 +42,17 @@ fn approver_name<T>(request: &Request<T>) -> String {
     }
 }
 
-type ApprovalStream = Pin<Box<dyn Stream<Item = Result<pb::ApprovalEvent, Status>> + Send>>;
+type ApprovalStream = Pin<Box<dyn Stream<Item = Result<pb::WatchApprovalsResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl GateRpc for GateService {
-    async fn decide(&self, request: Request<pb::DecideRequest>) -> Result<Response<pb::DecideResponse>, Status> {
+    async fn decide_action(
+        &self,
+        request: Request<pb::DecideActionRequest>,
+    ) -> Result<Response<pb::DecideActionResponse>, Status> {
         let req = wire::request_from(request.into_inner().action)?;
         let decided = self.gate.decide(req).await;
-        Ok(Response::new(pb::DecideResponse {
+        Ok(Response::new(pb::DecideActionResponse {
             decision: wire::decision(decided.decision) as i32,
             reason: decided.reason,
             verdict: Some(wire::verdict(&decided.evaluation)),
@@ -70,7 +73,7 @@ impl GateRpc for GateService {
             mode: r.mode,
             tool: "bash".into(),
             command_line: r.command_line,
-            workspace: r.workspace,
+            workspace_id: r.workspace_id,
             ..Default::default()
         };
         let req = wire::request_from(Some(action))?;
@@ -78,11 +81,11 @@ impl GateRpc for GateService {
         Ok(Response::new(pb::CheckCommandResponse { verdict: Some(wire::verdict(&evaluation)) }))
     }
 
-    async fn show_policy(
+    async fn get_policy(
         &self,
-        request: Request<pb::ShowPolicyRequest>,
-    ) -> Result<Response<pb::ShowPolicyResponse>, Status> {
-        let workspace = request.into_inner().workspace;
+        request: Request<pb::GetPolicyRequest>,
+    ) -> Result<Response<pb::GetPolicyResponse>, Status> {
+        let workspace = request.into_inner().workspace_id;
         let rules = self
             .gate
             .rule_sets(&workspace)
@@ -103,7 +106,7 @@ impl GateRpc for GateService {
                 pb::DefaultDecision { effect: e.to_string(), decision: decision.to_string(), description }
             })
             .collect();
-        Ok(Response::new(pb::ShowPolicyResponse {
+        Ok(Response::new(pb::GetPolicyResponse {
             rules,
             defaults,
             approval_timeout_ms: self.gate.approvals.timeout().as_millis() as u64,
@@ -141,7 +144,7 @@ impl GateRpc for GateService {
 
     async fn watch_approvals(
         &self,
-        request: Request<Streaming<pb::ApprovalAnswer>>,
+        request: Request<Streaming<pb::WatchApprovalsRequest>>,
     ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
         let name = approver_name(&request);
         let mut answers = request.into_inner();

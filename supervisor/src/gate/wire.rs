@@ -99,7 +99,7 @@ pub fn request_from(action: Option<pb::Action>) -> Result<Request, Status> {
             default_branch: (!scope.default_branch.is_empty()).then_some(scope.default_branch),
         },
     };
-    Ok(Request { action, workspace: a.workspace, run_id: a.run_id, summary: a.summary })
+    Ok(Request { action, workspace: a.workspace_id, run_id: a.run_id, summary: a.summary })
 }
 
 pub fn action(request: &Request) -> pb::Action {
@@ -117,7 +117,7 @@ pub fn action(request: &Request) -> pb::Action {
         mode: mode(a.mode) as i32,
         tool: a.tool.clone().unwrap_or_default(),
         command_line: a.command_line.clone().unwrap_or_default(),
-        workspace: request.workspace.clone(),
+        workspace_id: request.workspace.clone(),
         run_id: request.run_id.clone(),
         summary: request.summary.clone(),
         egress: a.egress,
@@ -162,10 +162,11 @@ static NEXT_QUESTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 pub fn question(request: &Request, evaluation: &Evaluation) -> pb::ApprovalQuestion {
     let n = NEXT_QUESTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     pb::ApprovalQuestion {
-        id: format!("q{n}"),
+        question_id: format!("q{n}"),
         action: Some(action(request)),
         verdict: Some(verdict(evaluation)),
-        asked_unix_ms: cc_proto::helper::unix_ms(std::time::SystemTime::now()),
-        deadline_unix_ms: 0,
+        ask_time: Some(cc_proto::time::timestamp(cc_proto::helper::unix_ms(std::time::SystemTime::now()))),
+        // Set when the question is put (Approvals::ask), from the configured timeout.
+        deadline: None,
     }
 }

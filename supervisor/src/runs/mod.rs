@@ -11,6 +11,7 @@
 //! unregisters the run from sandboxd (which kills every process of it), removes the
 //! runner's socket and records `run_ended` with the reason.
 
+pub mod error;
 pub mod record;
 pub mod service;
 pub mod tools;
@@ -20,9 +21,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use cc_host::ServiceUser;
 use cc_policy::Mode;
 use cc_proto::bootstrap::Bootstrap;
 use cc_proto::client::PresentSecret;
+use cc_proto::common::v1::SandboxBackend;
 use cc_proto::helper::{MAX_MESSAGE_BYTES, unix_ms};
 use cc_proto::logging::LogFormat;
 use cc_proto::runner::v1::runner_client::RunnerClient;
@@ -30,7 +33,6 @@ use cc_proto::sandboxd::v1 as sb;
 use cc_proto::secret::PeerSecret;
 use serde_json::json;
 use tokio::sync::oneshot;
-use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -40,9 +42,11 @@ use crate::conversations::{Conversations, RunPaths};
 use crate::convert::path_bytes;
 use crate::events::EventLog;
 use crate::gate::Gate;
-use crate::helpers::{GroupChild, SUPERVISOR_PEER, start_process, stop_child};
+use crate::helpers::{GroupChild, ProcessTimeouts, SUPERVISOR_PEER, start_process, stop_child};
+use crate::ids::RunId;
 use crate::paths::DataDir;
 use crate::store::Store;
+pub use error::RunError;
 pub use record::{RunRecord, RunState};
 
 pub type RunnerClientWithSecret = RunnerClient<InterceptedService<Channel, PresentSecret>>;
@@ -57,7 +61,6 @@ pub struct StartRequest {
     pub network: bool,
 }
 
-/// A run whose runner is up.
 /// The run's runner as calls see it. It starts in the background once the run is
 /// registered, so that a run's first bash call (all that `ccctl exec` makes) does not
 /// wait for an envelope it does not use; file tools wait until it is ready.
@@ -68,8 +71,11 @@ pub enum RunnerSlot {
     Failed(String),
 }
 
+/// A live run: its row as it was at start, and its runner slot, which says where in
+/// its state machine it is now.
 pub struct LiveRun {
     pub record: RunRecord,
+    pub run_id: RunId,
     runner: tokio::sync::watch::Receiver<RunnerSlot>,
     /// The conversation's first repository, the scope the gate sees.
     pub repo: Option<String>,
@@ -85,15 +91,33 @@ impl LiveRun {
         }
     }
 
+    /// Where the run is in its state machine: Starting until its runner serves, then
+    /// Running; its row says how it ended once it has.
+    pub fn state(&self) -> RunState {
+        match &*self.runner.borrow() {
+            RunnerSlot::Starting => RunState::Starting,
+            RunnerSlot::Ready { .. } => RunState::Running,
+            // Ending: the row is about to say how.
+            RunnerSlot::Failed(_) => self.record.state,
+        }
+    }
+
+    /// The row with the live state.
+    pub fn current(&self) -> RunRecord {
+        RunRecord { state: self.state(), ..self.record.clone() }
+    }
+
     /// The runner's client, once it is ready (its start is bounded by the helper
     /// ready timeout).
-    pub async fn ready_runner(&self) -> Result<RunnerClientWithSecret, Status> {
+    pub async fn ready_runner(&self) -> Result<RunnerClientWithSecret, RunError> {
         let mut slot = self.runner.clone();
         let ready = slot.wait_for(|s| !matches!(s, RunnerSlot::Starting)).await;
         match ready.map(|s| s.clone()) {
             Ok(RunnerSlot::Ready { client, .. }) => Ok(*client),
-            Ok(RunnerSlot::Failed(why)) => Err(Status::unavailable(format!("the run's runner did not start: {why}"))),
-            _ => Err(Status::unavailable("the run's runner did not start")),
+            Ok(RunnerSlot::Failed(why)) => {
+                Err(RunError::RunnerUnavailable(format!("the run's runner did not start: {why}")))
+            }
+            _ => Err(RunError::RunnerUnavailable("the run's runner did not start".into())),
         }
     }
 }
@@ -114,21 +138,17 @@ pub struct RunEnv {
     pub runner_program: PathBuf,
     pub config: RunsConfig,
     pub log_format: LogFormat,
-    /// (ready, stop) for the runner's handshake and its stop.
-    pub timeouts: (Duration, Duration),
+    /// For the runner's handshake and its stop.
+    pub timeouts: ProcessTimeouts,
 }
 
 pub struct RunManager {
     env: RunEnv,
-    live: Mutex<HashMap<String, Arc<LiveRun>>>,
+    live: Mutex<HashMap<RunId, Arc<LiveRun>>>,
 }
 
 fn now() -> i64 {
     unix_ms(SystemTime::now())
-}
-
-fn internal(what: &str) -> impl FnOnce(crate::store::StoreError) -> Status + '_ {
-    move |e| Status::internal(format!("{what}: {e}"))
 }
 
 /// The policy sandboxd builds every envelope of the run from.
@@ -170,7 +190,7 @@ pub fn sandbox_policy(
 
 /// The runner's roots, the working directory first: the agent may write its working
 /// directory, the conversation's copies and its own work dir, and read attachments.
-fn runner_roots(paths: &RunPaths) -> Result<String, Status> {
+fn runner_roots(paths: &RunPaths) -> Result<String, RunError> {
     let mut roots: Vec<(&Path, bool)> = vec![(&paths.work_dir, true), (&paths.repos, true), (&paths.agent_work, true)];
     if let Some(attachments) = &paths.attachments {
         roots.push((attachments, false));
@@ -179,14 +199,14 @@ fn runner_roots(paths: &RunPaths) -> Result<String, Status> {
     roots.retain(|(p, _)| seen.insert(p.to_path_buf()));
     let roots: Vec<(String, bool)> =
         roots.into_iter().map(|(p, w)| p.to_str().map(|s| (s.to_owned(), w))).collect::<Option<_>>().ok_or_else(
-            || Status::failed_precondition("a run path is not UTF-8; the runner is told its roots in JSON"),
+            || RunError::Precondition("a run path is not UTF-8; the runner is told its roots in JSON".into()),
         )?;
-    serde_json::to_string(&roots).map_err(|e| Status::internal(e.to_string()))
+    serde_json::to_string(&roots).map_err(|e| RunError::Internal(e.to_string()))
 }
 
 /// The runner's socket, in a directory of the conversation that the runner makes its
 /// own (as root, the runner is the service user and cannot enter `$DATA/sock`).
-fn runner_socket(data: &DataDir, conversation: &str, run: &str) -> PathBuf {
+fn runner_socket(data: &DataDir, conversation: &str, run: &RunId) -> PathBuf {
     data.conversation_dir(conversation).join("sock").join(format!("{run}.sock"))
 }
 
@@ -197,10 +217,10 @@ fn runner_socket(data: &DataDir, conversation: &str, run: &str) -> PathBuf {
 /// since they were provisioned, so nothing here walks what an agent writes: every
 /// change is made through a handle opened without following a link (issue 16). The
 /// rest of the data directory (state.db, sockets, config) stays root's alone.
-fn hand_to_service_user(data: &DataDir, conversation: &str, agent: &str) -> std::io::Result<()> {
+fn hand_to_service_user(data: &DataDir, conversation: &str, agent: &str, user: ServiceUser) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
-    let (uid, gid) = cc_sandboxd::probe::UNPRIVILEGED;
+    let ServiceUser { uid, gid } = user;
     for ancestor in data.root().ancestors().skip(1) {
         let mode = std::fs::metadata(ancestor)?.mode();
         if mode & 0o001 == 0 {
@@ -216,24 +236,24 @@ fn hand_to_service_user(data: &DataDir, conversation: &str, agent: &str) -> std:
     }
     let _ = std::fs::set_permissions(data.state_db(), std::fs::Permissions::from_mode(0o600));
     let top =
-        cc_sandboxd::beneath::open_dir_no_links(&data.conversation_dir(conversation)).map_err(std::io::Error::from)?;
+        cc_host::beneath::open_dir_no_links(&data.conversation_dir(conversation)).map_err(std::io::Error::from)?;
     let give = |dir: &std::os::fd::OwnedFd| std::os::unix::fs::fchown(dir, Some(uid), Some(gid));
     give(&top)?;
     // Each below the last, by one name, never through a link.
     for names in [&["repos"][..], &["sock"], &["agents", agent, "work"], &["agents", agent, "config"]] {
         let mut dir = top.try_clone()?;
         for name in names {
-            dir = cc_sandboxd::beneath::child_dir(&dir, std::ffi::OsStr::new(name)).map_err(std::io::Error::from)?;
+            dir = cc_host::beneath::child_dir(&dir, std::ffi::OsStr::new(name)).map_err(std::io::Error::from)?;
             give(&dir)?;
         }
     }
     // A copy provisioned before copies were given to the service user: handed over
     // once, by handle (worktree::give_tree); later runs find it theirs.
-    let repos = cc_sandboxd::beneath::child_dir(&top, std::ffi::OsStr::new("repos")).map_err(std::io::Error::from)?;
-    for name in cc_sandboxd::beneath::names(&repos).map_err(std::io::Error::from)? {
+    let repos = cc_host::beneath::child_dir(&top, std::ffi::OsStr::new("repos")).map_err(std::io::Error::from)?;
+    for name in cc_host::beneath::names(&repos).map_err(std::io::Error::from)? {
         let st = nix::sys::stat::fstatat(&repos, name.as_os_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
         if st.st_uid != uid {
-            crate::worktree::give_tree(&repos, &name, (uid, gid), 0)?;
+            crate::worktree::give_tree(&repos, &name, user, 0)?;
         }
     }
     Ok(())
@@ -242,15 +262,15 @@ fn hand_to_service_user(data: &DataDir, conversation: &str, agent: &str) -> std:
 /// The descriptors the runner's envelope binds (`--bind-fd`), each opened with no link
 /// anywhere on its path: the run's directories are the agent's to write, and we may be
 /// root. bubblewrap mounts exactly these or refuses to start.
-async fn open_bound(paths: &[Vec<u8>]) -> Result<Vec<std::os::fd::OwnedFd>, Status> {
+async fn open_bound(paths: &[Vec<u8>]) -> Result<Vec<std::os::fd::OwnedFd>, RunError> {
     use std::os::unix::ffi::OsStrExt;
     let paths: Vec<PathBuf> = paths.iter().map(|p| Path::new(std::ffi::OsStr::from_bytes(p)).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
         paths
             .iter()
             .map(|path| {
-                cc_sandboxd::beneath::open_no_links(path).map_err(|e| {
-                    Status::failed_precondition(format!(
+                cc_host::beneath::open_no_links(path).map_err(|e| {
+                    RunError::Precondition(format!(
                         "cannot start the run's runner: {} cannot be opened without following a link ({e})",
                         path.display()
                     ))
@@ -259,7 +279,7 @@ async fn open_bound(paths: &[Vec<u8>]) -> Result<Vec<std::os::fd::OwnedFd>, Stat
             .collect()
     })
     .await
-    .map_err(|e| Status::internal(e.to_string()))?
+    .map_err(|e| RunError::Internal(e.to_string()))?
 }
 
 /// The runner's socket directory, 0700: made if missing; if there, it must be a real
@@ -271,7 +291,7 @@ fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
         Err(e) => Err(e),
         Ok(meta) => {
             let ours = meta.uid() == nix::unistd::geteuid().as_raw();
-            let service = nix::unistd::geteuid().is_root() && meta.uid() == cc_sandboxd::probe::UNPRIVILEGED.0;
+            let service = ServiceUser::when_root().is_some_and(|user| meta.uid() == user.uid);
             if meta.is_dir() && (ours || service) && meta.mode() & 0o077 == 0 {
                 Ok(())
             } else {
@@ -310,7 +330,7 @@ impl RunManager {
     /// runners died with it (PDEATHSIG). They are marked failed before anything serves.
     pub fn new(env: RunEnv) -> Arc<Self> {
         if let Ok(runs) = env.store.runs(None) {
-            for run in runs.into_iter().filter(|r| r.state.is_live()) {
+            for run in runs.into_iter().filter(|r| r.state.may_become(RunState::Failed)) {
                 let reason = "the supervisor stopped while the run was live";
                 if env.store.end_run(&run.id, RunState::Failed, now(), reason).is_ok() {
                     env.events.record(
@@ -340,65 +360,58 @@ impl RunManager {
         &self.env.channels
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LiveRun>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Arc<LiveRun>>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn live_run(&self, id: &str) -> Option<Arc<LiveRun>> {
+    pub fn live_run(&self, id: &RunId) -> Option<Arc<LiveRun>> {
         self.lock().get(id).cloned()
     }
 
     /// A live run, or why the id names none.
-    pub fn require_live(&self, id: &str) -> Result<Arc<LiveRun>, Status> {
+    pub fn require_live(&self, id: &RunId) -> Result<Arc<LiveRun>, RunError> {
         if let Some(run) = self.live_run(id) {
             return Ok(run);
         }
-        match self.env.store.run(id).map_err(internal("cannot read the run"))? {
-            Some(r) => Err(Status::failed_precondition(format!(
-                "run {id} is {} ({}); start a new one with `ccctl run start`",
-                r.state.as_str(),
-                r.end_reason.as_deref().unwrap_or("no reason recorded")
-            ))),
-            None => Err(Status::not_found(format!("no run {:?}", id.chars().take(64).collect::<String>()))),
+        match self.env.store.run(id.as_str())? {
+            Some(r) => Err(RunError::Ended {
+                run_id: id.clone(),
+                state: r.state,
+                reason: r.end_reason.unwrap_or_else(|| "no reason recorded".into()),
+            }),
+            None => Err(RunError::NotFound(id.clone())),
         }
     }
 
-    pub fn record(&self, id: &str) -> Result<RunRecord, Status> {
+    /// The run's row, with its live state when it is live.
+    pub fn record(&self, id: &RunId) -> Result<RunRecord, RunError> {
         if let Some(live) = self.live_run(id) {
-            return Ok(live.record.clone());
+            return Ok(live.current());
         }
-        self.env
-            .store
-            .run(id)
-            .map_err(internal("cannot read the run"))?
-            .ok_or_else(|| Status::not_found(format!("no run {:?}", id.chars().take(64).collect::<String>())))
+        self.env.store.run(id.as_str())?.ok_or_else(|| RunError::NotFound(id.clone()))
     }
 
-    pub fn records(&self, conversation: Option<&str>) -> Result<Vec<RunRecord>, Status> {
-        let mut runs = self.env.store.runs(conversation).map_err(internal("cannot list runs"))?;
+    pub fn records(&self, conversation: Option<&str>) -> Result<Vec<RunRecord>, RunError> {
+        let mut runs = self.env.store.runs(conversation)?;
         let live = self.lock();
         for run in &mut runs {
-            if let Some(l) = live.get(&run.id) {
-                *run = l.record.clone();
+            if let Some(l) = live.get(&RunId::from_wire(run.id.as_str())) {
+                *run = l.current();
             }
         }
         Ok(runs)
     }
 
-    pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<LiveRun>, Status> {
+    pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<LiveRun>, RunError> {
         if request.adapter != "harness" {
-            return Err(Status::invalid_argument(format!(
-                "unknown adapter {:?}: only `harness` exists so far",
-                request.adapter.chars().take(64).collect::<String>()
-            )));
+            return Err(RunError::UnknownAdapter(request.adapter.chars().take(64).collect()));
         }
         // The network rule is read once, here: a run never changes it.
         if request.network {
-            return Err(Status::failed_precondition(
-                "--network on needs the egress proxy, which does not exist yet: runs are network-off (the default)",
-            ));
+            return Err(RunError::NoEgress);
         }
-        let id = format!("r{}", &PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?.expose()[..15]);
+        let run_id = RunId::mint()?;
+        let id = run_id.as_str().to_owned();
         let (conversation, agent) = (request.conversation.clone(), request.agent.clone());
         let conversations = self.env.conversations.clone();
         let (paths, record) = tokio::task::spawn_blocking(move || {
@@ -406,24 +419,26 @@ impl RunManager {
             Ok::<_, crate::conversations::ConversationError>((conversations.run_paths(&conversation, &agent)?, record))
         })
         .await
-        .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(Status::from)?;
+        .map_err(|e| RunError::Internal(e.to_string()))??;
         let roots = runner_roots(&paths)?;
-        let socket = runner_socket(&self.env.data, &record.id, &id);
+        let socket = runner_socket(&self.env.data, &record.id, &run_id);
         // Made here, before the envelope that binds it: the runner listens in it.
         let socket_dir = socket.parent().map(Path::to_owned).unwrap_or_default();
         make_socket_dir(&socket_dir)
-            .map_err(|e| Status::internal(format!("cannot make {}: {e}", socket_dir.display())))?;
-        if nix::unistd::geteuid().is_root() {
+            .map_err(|e| RunError::Internal(format!("cannot make {}: {e}", socket_dir.display())))?;
+        if let Some(user) = ServiceUser::when_root() {
             let (data, conversation, agent) = (self.env.data.clone(), record.id.clone(), request.agent.clone());
-            tokio::task::spawn_blocking(move || hand_to_service_user(&data, &conversation, &agent))
+            tokio::task::spawn_blocking(move || hand_to_service_user(&data, &conversation, &agent, user))
                 .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(|e| Status::internal(format!("cannot hand the run's directories to the service user: {e}")))?;
+                .map_err(|e| RunError::Internal(e.to_string()))?
+                .map_err(|e| {
+                    RunError::Internal(format!("cannot hand the run's directories to the service user: {e}"))
+                })?;
         }
 
         let mut sandboxd = self.env.channels.sandboxd().await?;
-        sandboxd.register_run(sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config)).await?;
+        let policy = sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config);
+        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) }).await?;
         // runner_roots has checked that the run's paths are UTF-8.
         let home = paths.agent_work.to_string_lossy().into_owned();
         let run = RunRecord {
@@ -434,7 +449,7 @@ impl RunManager {
             mode: request.mode,
             adapter: request.adapter.clone(),
             network: false,
-            state: RunState::Running,
+            state: RunState::Starting,
             work_dir: paths.work_dir.clone(),
             started_unix_ms: now(),
             ended_unix_ms: None,
@@ -442,17 +457,18 @@ impl RunManager {
         };
         if let Err(e) = self.env.store.insert_run(&run) {
             let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.clone() }).await;
-            return Err(Status::internal(format!("cannot record the run: {e}")));
+            return Err(RunError::Internal(format!("cannot record the run: {e}")));
         }
         let (stop_tx, stop_rx) = oneshot::channel();
         let (slot_tx, slot_rx) = tokio::sync::watch::channel(RunnerSlot::Starting);
         let live = Arc::new(LiveRun {
             record: run,
+            run_id: run_id.clone(),
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             stop: Mutex::new(Some(stop_tx)),
         });
-        self.lock().insert(id.clone(), live.clone());
+        self.lock().insert(run_id.clone(), live.clone());
         self.env.events.record(
             "run_started",
             &format!("run:{id}"),
@@ -468,28 +484,33 @@ impl RunManager {
         let mut stop_rx = stop_rx;
         tokio::spawn(async move {
             let started = tokio::select! {
-                started = this.start_runner(&mut sandboxd, &id, roots, home, &socket) => started,
+                started = this.start_runner(&mut sandboxd, &run_id, roots, home, &socket) => started,
                 // Stopped while its runner starts: dropping the start kills the process
                 // (kill_on_drop), and the run ends now rather than once the runner is up.
                 request = &mut stop_rx => {
                     let _ = slot_tx.send(RunnerSlot::Failed("the run was stopped".into()));
                     let (reason, done) = stop_reason(request);
-                    this.finish(&id, RunState::Stopped, &reason).await;
+                    this.finish(&run_id, RunState::Stopped, &reason).await;
                     answer(done);
                     return;
                 }
             };
             match started {
                 Ok((child, pid, client, envelope)) => {
+                    // Starting → Running: the row first, so that nothing reads Running
+                    // from the slot that the row would deny after a crash.
+                    if let Err(e) = this.env.store.set_run_state(&id, RunState::Running) {
+                        tracing::error!(run = %id, error = %e, "cannot record that the run is running");
+                    }
                     let _ = slot_tx.send(RunnerSlot::Ready { client: Box::new(client), pid });
                     let payload = json!({ "runner_pid": pid, "runner_envelope": envelope });
                     this.env.events.record("runner_ready", &format!("run:{id}"), payload);
-                    this.watch(id, child, stop_rx).await;
+                    this.watch(run_id, child, stop_rx).await;
                 }
-                Err(status) => {
-                    let why = status.message().to_owned();
+                Err(error) => {
+                    let why = error.to_string();
                     let _ = slot_tx.send(RunnerSlot::Failed(why.clone()));
-                    this.finish(&id, RunState::Failed, &format!("its runner did not start: {why}")).await;
+                    this.finish(&run_id, RunState::Failed, &format!("its runner did not start: {why}")).await;
                 }
             }
         });
@@ -503,28 +524,32 @@ impl RunManager {
     async fn start_runner(
         &self,
         sandboxd: &mut crate::channels::SandboxdClientWithSecret,
-        id: &str,
+        run_id: &RunId,
         roots: String,
         home: String,
         socket: &Path,
-    ) -> Result<(GroupChild, u32, RunnerClientWithSecret, &'static str), Status> {
-        let request =
-            sb::RunnerEnvelopeRequest { run_id: id.to_owned(), runner_program: path_bytes(&self.env.runner_program) };
-        let envelope = sandboxd.runner_envelope(request).await?.into_inner();
-        let enveloped = envelope.backend == sb::Backend::Native as i32 && !envelope.argv.is_empty();
+    ) -> Result<(GroupChild, u32, RunnerClientWithSecret, &'static str), RunError> {
+        let id = run_id.as_str();
+        let request = sb::GetRunnerEnvelopeRequest {
+            run_id: id.to_owned(),
+            runner_program: path_bytes(&self.env.runner_program),
+        };
+        let envelope = sandboxd.get_runner_envelope(request).await?.into_inner().envelope.unwrap_or_default();
+        let enveloped = envelope.backend == SandboxBackend::Native as i32 && !envelope.argv.is_empty();
         let bound = open_bound(&envelope.bound).await?;
         let (program, args) =
             if enveloped {
                 let argv: Vec<String> =
                     envelope.argv.into_iter().map(String::from_utf8).collect::<Result<_, _>>().map_err(|_| {
-                        Status::failed_precondition("the runner's envelope has a path that is not UTF-8")
+                        RunError::Precondition("the runner's envelope has a path that is not UTF-8".into())
                     })?;
-                let (program, args) = argv.split_first().ok_or_else(|| Status::internal("an empty runner envelope"))?;
+                let (program, args) =
+                    argv.split_first().ok_or_else(|| RunError::Internal("an empty runner envelope".into()))?;
                 (std::path::PathBuf::from(program), args.to_vec())
             } else {
                 (self.env.runner_program.clone(), vec![])
             };
-        let secret = PeerSecret::generate().map_err(|e| Status::internal(e.to_string()))?;
+        let secret = PeerSecret::generate().map_err(|e| RunError::Internal(e.to_string()))?;
         let socket = socket.to_owned();
         let mut bootstrap = Bootstrap {
             name: "runner".into(),
@@ -546,10 +571,10 @@ impl RunManager {
         }
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
-        let user = nix::unistd::geteuid().is_root().then_some(cc_sandboxd::probe::UNPRIVILEGED);
+        let user = ServiceUser::when_root();
         let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", user, bound)
             .await
-            .map_err(|f| Status::unavailable(format!("the run's runner did not start: {}", f.message)))?;
+            .map_err(|f| RunError::RunnerUnavailable(format!("the run's runner did not start: {}", f.message)))?;
         let child_pid = child.id().unwrap_or(0);
         let connected = if enveloped {
             cc_proto::client::connect_to_descendant(&socket, child_pid).await
@@ -564,21 +589,21 @@ impl RunManager {
                 Ok((child, runner_pid, client, if enveloped { "native" } else { "unwrapped" }))
             }
             Err(e) => {
-                stop_child(&mut child, self.env.timeouts.1).await;
+                stop_child(&mut child, self.env.timeouts.stop).await;
                 cc_proto::socket::remove_socket(&socket);
-                Err(Status::unavailable(format!("cannot reach the run's runner: {e}")))
+                Err(RunError::RunnerUnavailable(format!("cannot reach the run's runner: {e}")))
             }
         }
     }
 
     /// Owns the runner process until the run ends.
-    async fn watch(self: Arc<Self>, id: String, mut child: GroupChild, stop: oneshot::Receiver<StopRequest>) {
+    async fn watch(self: Arc<Self>, id: RunId, mut child: GroupChild, stop: oneshot::Receiver<StopRequest>) {
         let (state, reason, done) = tokio::select! {
             status = child.wait() => {
                 (RunState::Failed, format!("its runner exited ({})", describe_exit(status.ok())), None)
             }
             request = stop => {
-                stop_child(&mut child, self.env.timeouts.1).await;
+                stop_child(&mut child, self.env.timeouts.stop).await;
                 let (reason, done) = stop_reason(request);
                 (RunState::Stopped, reason, done)
             }
@@ -587,8 +612,9 @@ impl RunManager {
         answer(done);
     }
 
-    async fn finish(&self, id: &str, state: RunState, reason: &str) {
-        let live = self.lock().remove(id);
+    async fn finish(&self, run_id: &RunId, state: RunState, reason: &str) {
+        let live = self.lock().remove(run_id);
+        let id = run_id.as_str();
         // sandboxd kills whatever of the run still runs (bash calls and their children).
         let killed = match self.env.channels.sandboxd().await {
             Ok(mut sandboxd) => sandboxd
@@ -599,7 +625,7 @@ impl RunManager {
             Err(_) => 0,
         };
         if let Some(live) = &live {
-            cc_proto::socket::remove_socket(&runner_socket(&self.env.data, &live.record.conversation, id));
+            cc_proto::socket::remove_socket(&runner_socket(&self.env.data, &live.record.conversation, run_id));
         }
         if let Err(e) = self.env.store.end_run(id, state, now(), reason) {
             tracing::error!(run = id, error = %e, "cannot record the end of a run");
@@ -617,11 +643,11 @@ impl RunManager {
     }
 
     /// Stops a live run and waits until it has ended.
-    pub async fn stop(&self, id: &str, reason: &str) -> Result<(), Status> {
+    pub async fn stop(&self, id: &RunId, reason: &str) -> Result<(), RunError> {
         let live = self.require_live(id)?;
         let sender = live.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(sender) = sender else {
-            return Err(Status::failed_precondition(format!("run {id} is already stopping")));
+            return Err(RunError::AlreadyStopping(id.clone()));
         };
         let (done, finished) = oneshot::channel();
         if sender.send(StopRequest { reason: reason.to_owned(), done }).is_ok() {
@@ -632,12 +658,8 @@ impl RunManager {
 
     /// Stops every live run of a conversation (before it is removed).
     pub async fn stop_conversation(&self, conversation: &str, reason: &str) {
-        let ids: Vec<String> = self
-            .lock()
-            .values()
-            .filter(|r| r.record.conversation == conversation)
-            .map(|r| r.record.id.clone())
-            .collect();
+        let ids: Vec<RunId> =
+            self.lock().values().filter(|r| r.record.conversation == conversation).map(|r| r.run_id.clone()).collect();
         for id in ids {
             let _ = self.stop(&id, reason).await;
         }
@@ -645,7 +667,7 @@ impl RunManager {
 
     /// Stops every live run (supervisor shutdown), all within `within`.
     pub async fn stop_all(&self, within: Duration) {
-        let ids: Vec<String> = self.lock().keys().cloned().collect();
+        let ids: Vec<RunId> = self.lock().keys().cloned().collect();
         let all = async {
             for id in ids {
                 let _ = self.stop(&id, "the supervisor shut down").await;

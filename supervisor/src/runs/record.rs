@@ -8,9 +8,14 @@ use rusqlite::{OptionalExtension, params};
 
 use crate::store::{Store, StoreError};
 
+/// A run's one state machine, kept by its row and followed by its runner slot:
+/// `Starting → Running → Stopped | Failed`, and `Starting → Stopped | Failed` for a
+/// run stopped, or whose runner failed, before the runner served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunState {
+    /// Registered with sandboxd; its runner is starting (bash calls already work).
     Starting,
+    /// Its runner serves.
     Running,
     Stopped,
     Failed,
@@ -37,6 +42,12 @@ impl RunState {
 
     pub fn is_live(self) -> bool {
         matches!(self, RunState::Starting | RunState::Running)
+    }
+
+    /// Whether a run in this state may go to `next`.
+    pub fn may_become(self, next: RunState) -> bool {
+        use RunState::*;
+        matches!((self, next), (Starting, Running | Stopped | Failed) | (Running, Stopped | Failed))
     }
 }
 
@@ -134,6 +145,18 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_machine_only_goes_forward() {
+        use RunState::*;
+        let all = [Starting, Running, Stopped, Failed];
+        let allowed: Vec<(RunState, RunState)> =
+            all.iter().flat_map(|a| all.iter().map(move |b| (*a, *b))).filter(|(a, b)| a.may_become(*b)).collect();
+        assert_eq!(
+            allowed,
+            vec![(Starting, Running), (Starting, Stopped), (Starting, Failed), (Running, Stopped), (Running, Failed)]
+        );
+    }
 
     #[test]
     fn a_run_is_recorded_and_ended() {

@@ -1,15 +1,18 @@
-//! `cc.supervisor.v1.Runs` on the client API socket: the RPC edge of [`RunManager`].
+//! `cc.supervisor.v1.Runs` on the client API socket: the RPC edge of [`RunManager`],
+//! where its [`RunError`](super::RunError)s become statuses.
 
 use std::sync::Arc;
 
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::runs_server::Runs;
+use cc_proto::time::{optional_timestamp, timestamp};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::{RunManager, RunRecord, RunState, StartRequest};
 use crate::convert::path_bytes;
 use crate::gate::wire;
+use crate::ids::RunId;
 use crate::names;
 
 pub struct RunsService {
@@ -22,29 +25,33 @@ impl RunsService {
     }
 
     fn to_proto(&self, r: RunRecord) -> pb::Run {
-        let runner_pid = self.manager.live_run(&r.id).map(|l| l.runner_pid()).unwrap_or(0);
+        let runner_pid = self.manager.live_run(&RunId::from_wire(r.id.as_str())).map(|l| l.runner_pid()).unwrap_or(0);
         let tools = cc_policy::tools::registry(r.mode, r.network).iter().map(|t| t.name.to_owned()).collect();
         pb::Run {
-            state: match r.state {
-                RunState::Starting => pb::RunState::Starting,
-                RunState::Running => pb::RunState::Running,
-                RunState::Stopped => pb::RunState::Stopped,
-                RunState::Failed => pb::RunState::Failed,
-            } as i32,
+            state: run_state(r.state) as i32,
             mode: wire::mode(r.mode) as i32,
             work_dir: path_bytes(&r.work_dir),
-            id: r.id,
-            conversation: r.conversation,
+            run_id: r.id,
+            conversation_id: r.conversation,
             agent: r.agent,
             adapter: r.adapter,
             network: r.network,
             runner_pid,
-            started_unix_ms: r.started_unix_ms,
-            ended_unix_ms: r.ended_unix_ms.unwrap_or(0),
+            start_time: Some(timestamp(r.started_unix_ms)),
+            end_time: optional_timestamp(r.ended_unix_ms),
             end_reason: r.end_reason.unwrap_or_default(),
             tools,
-            workspace: r.workspace,
+            workspace_id: r.workspace,
         }
+    }
+}
+
+fn run_state(state: RunState) -> pb::RunState {
+    match state {
+        RunState::Starting => pb::RunState::Starting,
+        RunState::Running => pb::RunState::Running,
+        RunState::Stopped => pb::RunState::Stopped,
+        RunState::Failed => pb::RunState::Failed,
     }
 }
 
@@ -54,44 +61,43 @@ fn or_default(value: String, default: &str) -> String {
 
 #[tonic::async_trait]
 impl Runs for RunsService {
-    async fn start_run(&self, request: Request<pb::StartRunRequest>) -> Result<Response<pb::Run>, Status> {
+    async fn start_run(&self, request: Request<pb::StartRunRequest>) -> Result<Response<pb::StartRunResponse>, Status> {
         let r = request.into_inner();
         let agent = or_default(r.agent, "default");
         names::check("agent", &agent).map_err(Status::invalid_argument)?;
         let request = StartRequest {
-            conversation: r.conversation,
+            conversation: r.conversation_id,
             agent,
             mode: wire::mode_from(r.mode)?,
             adapter: or_default(r.adapter, "harness"),
             network: r.network,
         };
         let live = self.manager.start(request).await?;
-        Ok(Response::new(self.to_proto(live.record.clone())))
+        Ok(Response::new(pb::StartRunResponse { run: Some(self.to_proto(live.current())) }))
     }
 
     async fn list_runs(&self, request: Request<pb::ListRunsRequest>) -> Result<Response<pb::ListRunsResponse>, Status> {
-        let conversation = request.into_inner().conversation;
+        let conversation = request.into_inner().conversation_id;
         let filter = (!conversation.is_empty()).then_some(conversation.as_str());
         let runs = self.manager.records(filter)?.into_iter().map(|r| self.to_proto(r)).collect();
         Ok(Response::new(pb::ListRunsResponse { runs }))
     }
 
-    async fn get_run(&self, request: Request<pb::GetRunRequest>) -> Result<Response<pb::Run>, Status> {
-        let record = self.manager.record(&request.into_inner().id)?;
-        Ok(Response::new(self.to_proto(record)))
+    async fn get_run(&self, request: Request<pb::GetRunRequest>) -> Result<Response<pb::GetRunResponse>, Status> {
+        let record = self.manager.record(&RunId::from_wire(request.into_inner().run_id))?;
+        Ok(Response::new(pb::GetRunResponse { run: Some(self.to_proto(record)) }))
     }
 
-    async fn stop_run(&self, request: Request<pb::StopRunRequest>) -> Result<Response<pb::Run>, Status> {
-        let id = request.into_inner().id;
+    async fn stop_run(&self, request: Request<pb::StopRunRequest>) -> Result<Response<pb::StopRunResponse>, Status> {
+        let id = RunId::from_wire(request.into_inner().run_id);
         self.manager.stop(&id, "stopped on request").await?;
-        Ok(Response::new(self.to_proto(self.manager.record(&id)?)))
+        Ok(Response::new(pb::StopRunResponse { run: Some(self.to_proto(self.manager.record(&id)?)) }))
     }
 
-    type CallToolStream = ReceiverStream<Result<pb::ToolEvent, Status>>;
+    type CallToolStream = ReceiverStream<Result<pb::CallToolResponse, Status>>;
 
     async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
         let r = request.into_inner();
-        let call = r.call.ok_or_else(|| Status::invalid_argument("the request has no call"))?;
-        Ok(Response::new(self.manager.call_tool(&r.run_id, call).await?))
+        Ok(Response::new(self.manager.call_tool(&RunId::from_wire(r.run_id), r.tool).await?))
     }
 }

@@ -7,20 +7,23 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cc_policy::{Action, Decision, Scope};
+use cc_proto::common::v1::EnvelopeKind;
 use cc_proto::runner::v1 as rn;
-use cc_proto::runner::v1::tool_call::Call;
+use cc_proto::runner::v1::call_tool_request::Tool as RunnerTool;
 use cc_proto::sandboxd::v1 as sb;
-use cc_proto::sandboxd::v1::launch_event::Event as LaunchEvent;
+use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::tool_event::Event;
+use cc_proto::supervisor::v1::call_tool_request::Tool;
+use cc_proto::supervisor::v1::call_tool_response::Event;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::{LiveRun, RunManager};
+use super::{LiveRun, RunError, RunManager};
 use crate::gate::Request as GateRequest;
+use crate::ids::RunId;
 
 /// What the gate is told about a call: the tool, the paths it names, its command line.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,15 +40,15 @@ fn shown(bytes: &[u8]) -> String {
 /// The file names a unified diff touches, as its `---`/`+++` lines give them. A
 /// quoted name (git's C-style escapes) is refused: the runner's parser would decode it
 /// and the gate's rules would see it still quoted, so the two must not disagree.
-fn patch_paths(patch: &str) -> Result<Vec<String>, Status> {
+fn patch_paths(patch: &str) -> Result<Vec<String>, RunError> {
     let names: Vec<&str> = patch
         .lines()
         .filter_map(|l| l.strip_prefix("+++ ").or_else(|| l.strip_prefix("--- ")))
         .map(|name| name.split('\t').next().unwrap_or(name).trim_end())
         .collect();
     if names.iter().any(|n| n.starts_with('"')) {
-        return Err(Status::invalid_argument(
-            "a quoted file name in the patch: quoted names are not supported; rename the file with bash",
+        return Err(RunError::BadRequest(
+            "a quoted file name in the patch: quoted names are not supported; rename the file with bash".into(),
         ));
     }
     let mut paths: Vec<String> = names
@@ -92,30 +95,44 @@ pub fn gate_path(raw: &str, work_dir: &Path) -> String {
     }
 }
 
-pub fn describe(call: &rn::ToolCall, work_dir: &Path) -> Result<Described, Status> {
+pub fn describe(tool: Option<&Tool>, work_dir: &Path) -> Result<Described, RunError> {
     let d = |tool, paths: Vec<String>| Described {
         tool,
         paths: paths.iter().map(|p| gate_path(p, work_dir)).collect(),
         command_line: None,
     };
     let start = |p: &[u8]| if p.is_empty() { vec![".".to_owned()] } else { vec![shown(p)] };
-    Ok(match call.call.as_ref().ok_or_else(|| Status::invalid_argument("the call names no tool"))? {
-        Call::Read(r) => d("read", vec![shown(&r.path)]),
-        Call::Write(w) => d("write", vec![shown(&w.path)]),
-        Call::Edit(e) => d("edit", vec![shown(&e.path)]),
-        Call::ApplyPatch(p) => d("apply_patch", patch_paths(&p.patch)?),
-        Call::Search(s) => d("search", start(&s.path)),
-        Call::Find(f) => d("find", start(&f.path)),
-        Call::SearchFiles(f) => d("search_files", start(&f.path)),
-        Call::Bash(b) => Described { tool: "bash", paths: vec![], command_line: Some(b.command.clone()) },
+    Ok(match tool.ok_or_else(|| RunError::BadRequest("the call names no tool".into()))? {
+        Tool::Read(r) => d("read", vec![shown(&r.path)]),
+        Tool::Write(w) => d("write", vec![shown(&w.path)]),
+        Tool::Edit(e) => d("edit", vec![shown(&e.path)]),
+        Tool::ApplyPatch(p) => d("apply_patch", patch_paths(&p.patch)?),
+        Tool::Search(s) => d("search", start(&s.path)),
+        Tool::Find(f) => d("find", start(&f.path)),
+        Tool::SearchFiles(f) => d("search_files", start(&f.path)),
+        Tool::Bash(b) => Described { tool: "bash", paths: vec![], command_line: Some(b.command.clone()) },
     })
 }
 
-type Events = ReceiverStream<Result<pb::ToolEvent, Status>>;
+/// A file tool's call as the runner takes it; bash is never the runner's.
+fn for_runner(tool: Tool) -> Result<RunnerTool, pb::BashArgs> {
+    Ok(match tool {
+        Tool::Read(a) => RunnerTool::Read(a),
+        Tool::Write(a) => RunnerTool::Write(a),
+        Tool::Edit(a) => RunnerTool::Edit(a),
+        Tool::ApplyPatch(a) => RunnerTool::ApplyPatch(a),
+        Tool::Search(a) => RunnerTool::Search(a),
+        Tool::Find(a) => RunnerTool::Find(a),
+        Tool::SearchFiles(a) => RunnerTool::SearchFiles(a),
+        Tool::Bash(bash) => return Err(bash),
+    })
+}
+
+type Events = ReceiverStream<Result<pb::CallToolResponse, Status>>;
 
 fn one(event: Event) -> Events {
     let (tx, rx) = mpsc::channel(1);
-    let _ = tx.try_send(Ok(pb::ToolEvent { event: Some(event) }));
+    let _ = tx.try_send(Ok(pb::CallToolResponse { event: Some(event) }));
     ReceiverStream::new(rx)
 }
 
@@ -123,7 +140,7 @@ impl RunManager {
     /// Asks the gate; `Ok` only for an allow. A tool with no effect classes (the
     /// read-only ones) is evaluated without an event when allowed, so a thousand reads
     /// do not write a thousand rows; every other decision is recorded by the gate.
-    async fn ask_gate(&self, run: &LiveRun, described: &Described) -> Result<(), Status> {
+    async fn ask_gate(&self, run: &LiveRun, described: &Described) -> Result<(), RunError> {
         let effects = cc_policy::tools::TOOLS
             .iter()
             .find(|t| t.name == described.tool)
@@ -148,34 +165,47 @@ impl RunManager {
         let request =
             GateRequest { action, workspace: run.record.workspace.clone(), run_id: run.record.id.clone(), summary };
         let decided = self.gate().decide(request).await;
+        let evaluation = &decided.evaluation;
         match decided.decision {
             Decision::Allow => Ok(()),
-            _ => Err(Status::permission_denied(format!("denied: {}", decided.reason))),
+            _ if decided.unanswered => Err(RunError::NoApprover(decided.reason)),
+            _ => {
+                // The effect whose decision was the verdict's (the first, when several were).
+                let effect = evaluation.effects.iter().find(|v| v.decision == evaluation.decision).map(|v| v.effect);
+                Err(RunError::GateDenied {
+                    reason: decided.reason,
+                    effect: effect.map(|e| e.as_str().to_owned()).unwrap_or_default(),
+                    origin: evaluation.source.clone(),
+                    decided_by: decided.decided_by,
+                })
+            }
         }
     }
 
-    pub async fn call_tool(self: &Arc<Self>, run_id: &str, call: rn::ToolCall) -> Result<Events, Status> {
+    pub async fn call_tool(self: &Arc<Self>, run_id: &RunId, tool: Option<Tool>) -> Result<Events, RunError> {
         let run = self.require_live(run_id)?;
-        let described = describe(&call, &run.record.work_dir)?;
+        let described = describe(tool.as_ref(), &run.record.work_dir)?;
         self.ask_gate(&run, &described).await?;
-        if let Some(Call::Bash(bash)) = call.call {
-            return self.bash(&run, bash).await;
-        }
+        let tool = match tool.map(for_runner) {
+            Some(Ok(tool)) => tool,
+            Some(Err(bash)) => return self.bash(&run, bash).await,
+            None => return Err(RunError::BadRequest("the call names no tool".into())),
+        };
         let mut runner = run.ready_runner().await?;
-        match runner.call(call).await {
-            Ok(result) => Ok(one(Event::Result(result.into_inner()))),
+        match runner.call_tool(rn::CallToolRequest { tool: Some(tool) }).await {
+            Ok(response) => Ok(one(Event::Result(response.into_inner().result.unwrap_or_default()))),
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
                 self.events().record(
                     "tool_refused",
                     &format!("run:{run_id}"),
                     json!({ "tool": described.tool, "paths": described.paths, "reason": status.message() }),
                 );
-                Err(status)
+                Err(RunError::Helper(status))
             }
             Err(status) if matches!(status.code(), tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument) => {
-                Err(status)
+                Err(RunError::Helper(status))
             }
-            Err(status) => Err(Status::unavailable(format!(
+            Err(status) => Err(RunError::RunnerUnavailable(format!(
                 "the run's runner did not answer ({}); if it died, the run is marked failed: start a new run",
                 status.message()
             ))),
@@ -185,12 +215,12 @@ impl RunManager {
     /// bash: in the run's harness_bash envelope, with the configured timeout and
     /// output cap. Over the cap, the rest is dropped and closing sandboxd's stream kills
     /// the command's whole process group.
-    async fn bash(&self, run: &LiveRun, call: rn::BashCall) -> Result<Events, Status> {
+    async fn bash(&self, run: &LiveRun, call: pb::BashArgs) -> Result<Events, RunError> {
         let config = self.config();
         let timeout = match call.timeout_seconds {
             0 => config.bash_timeout_seconds,
             t if t > config.bash_max_timeout_seconds => {
-                return Err(Status::invalid_argument(format!(
+                return Err(RunError::BadRequest(format!(
                     "a timeout of {t} s is over the configured maximum of {} s",
                     config.bash_max_timeout_seconds
                 )));
@@ -201,7 +231,7 @@ impl RunManager {
         let mut sandboxd = self.channels().sandboxd().await?;
         let request = sb::LaunchRequest {
             run_id: run.record.id.clone(),
-            kind: sb::DispatchKind::HarnessBash as i32,
+            kind: EnvelopeKind::HarnessBash as i32,
             argv: vec![b"bash".to_vec(), b"-c".to_vec(), call.command.into_bytes()],
             timeout_seconds: timeout,
         };
@@ -220,14 +250,14 @@ impl RunManager {
                     let payload = json!({ "attempted": attempted, "blocked_by": blocked_by, "tool": "bash" });
                     events.record("sandbox_violation", &subject, payload);
                 }
-                return Err(status);
+                return Err(RunError::Helper(status));
             }
         };
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             let send = |event| {
                 let tx = tx.clone();
-                async move { tx.send(Ok(pb::ToolEvent { event: Some(event) })).await.is_ok() }
+                async move { tx.send(Ok(pb::CallToolResponse { event: Some(event) })).await.is_ok() }
             };
             let mut written: u64 = 0;
             loop {
@@ -302,20 +332,20 @@ mod tests {
 
     #[test]
     fn the_gate_sees_every_path_a_call_names() {
-        let call = |c| rn::ToolCall { call: Some(c) };
+        use cc_proto::tools::v1 as tools;
         let w = Path::new("/d/conversations/c/repos/demo");
         let patch = "--- a/src/x.rs\n+++ b/src/x.rs\n@@ -1 +1 @@\n-a\n+b\n--- /dev/null\n+++ b/new.txt\t2024\n";
-        let d = describe(&call(Call::ApplyPatch(rn::ApplyPatchCall { patch: patch.into() })), w).unwrap();
+        let d = describe(Some(&Tool::ApplyPatch(tools::ApplyPatchArgs { patch: patch.into() })), w).unwrap();
         assert_eq!((d.tool, d.paths), ("apply_patch", vec!["new.txt".to_owned(), "src/x.rs".to_owned()]));
-        let d = describe(&call(Call::Find(rn::FindCall { glob: "*.rs".into(), path: vec![] })), w).unwrap();
+        let d = describe(Some(&Tool::Find(tools::FindArgs { glob: "*.rs".into(), path: vec![] })), w).unwrap();
         assert_eq!(d.paths, vec!["."]);
-        let d = describe(&call(Call::Bash(rn::BashCall { command: "ls".into(), timeout_seconds: 0 })), w).unwrap();
+        let d = describe(Some(&Tool::Bash(pb::BashArgs { command: "ls".into(), timeout_seconds: 0 })), w).unwrap();
         assert_eq!((d.tool, d.command_line.as_deref()), ("bash", Some("ls")));
-        assert!(describe(&rn::ToolCall { call: None }, w).is_err());
+        assert!(describe(None, w).is_err());
         let quoted = "--- /dev/null\n+++ \"b/secret/x\"\n@@ -0,0 +1 @@\n+x\n";
-        let err = describe(&call(Call::ApplyPatch(rn::ApplyPatchCall { patch: quoted.into() })), w).err().unwrap();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument);
-        let d = describe(&call(Call::Write(rn::WriteCall { path: b"./secret//x/".to_vec(), content: vec![] })), w);
+        let err = describe(Some(&Tool::ApplyPatch(tools::ApplyPatchArgs { patch: quoted.into() })), w).err().unwrap();
+        assert_eq!(Status::from(err).code(), tonic::Code::InvalidArgument);
+        let d = describe(Some(&Tool::Write(tools::WriteArgs { path: b"./secret//x/".to_vec(), content: vec![] })), w);
         assert_eq!(d.unwrap().paths, vec!["secret/x"]);
     }
 

@@ -24,7 +24,10 @@ pub use worktree_git::{add_worktree, remove_worktree, undo_worktree, worktree_gi
 mod verify;
 pub use verify::{check_git_dir, verify_clone};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How a conversation's copies are made. Its one spelling (`as_str`, `FromStr`, serde)
+/// is what the CLI takes, the registry stores and the manifest records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Backend {
     #[default]
     Reflink,

@@ -8,6 +8,7 @@
 //! alike), while saving the path lookups beats `cp -a --reflink` (bench/worktrees.sh).
 //! It also means that no component of the walk can be swapped for a symlink under us.
 
+use cc_host::ServiceUser;
 use std::cell::RefCell;
 use std::ffi::{CStr, OsStr};
 use std::fs::{self, File, OpenOptions};
@@ -75,7 +76,7 @@ pub fn clone_tree(
     source: &Path,
     target: &Path,
     mode: CloneMode,
-    give_to: Option<(u32, u32)>,
+    give_to: Option<ServiceUser>,
     progress: &(dyn Fn(TreeEvent) + Sync),
 ) -> Result<TreeStats, WorktreeError> {
     let source_root = open_dir_path(source)?;
@@ -393,7 +394,7 @@ struct Identity {
     gid: u32,
     umask: u32,
     /// Every entry's owner instead of its source's (see [`clone_tree`]).
-    give_to: Option<(u32, u32)>,
+    give_to: Option<ServiceUser>,
 }
 
 impl Identity {
@@ -411,7 +412,7 @@ impl Identity {
     /// set: only root can give a file away, and only a different owner needs it.
     /// `give`: whether `give_to` applies to this entry.
     fn chown_to(&self, uid: u32, gid: u32, give: bool) -> Option<(u32, u32)> {
-        let (uid, gid) = self.give_to.filter(|_| give).unwrap_or((uid, gid));
+        let (uid, gid) = self.give_to.filter(|_| give).map_or((uid, gid), |u| (u.uid, u.gid));
         (self.root && (uid != self.uid || gid != self.gid)).then_some((uid, gid))
     }
 
@@ -465,7 +466,7 @@ fn special_kind(mode: u32) -> &'static str {
 /// Gives the copy `name` in `dir` and its `.git` directory, the two entries
 /// [`clone_tree`] leaves ours, to `owner`; each through a handle opened without
 /// following a link.
-pub fn give_top(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+pub fn give_top(dir: &OwnedFd, name: &OsStr, ServiceUser { uid, gid }: ServiceUser) -> std::io::Result<()> {
     let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
     let top = openat(dir, name, DIR_FLAGS, Mode::empty())?;
     match openat(&top, ".git", DIR_FLAGS, Mode::empty()) {
@@ -482,7 +483,8 @@ pub fn give_top(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32)) -> std::io:
 /// at), and a regular file with more than one name is left as it is (another name may
 /// be outside the tree). For trees no agent writes while this runs: a git worktree just
 /// added, or a copy made before copies were given to the service user.
-pub fn give_tree(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32), depth: usize) -> std::io::Result<()> {
+pub fn give_tree(dir: &OwnedFd, name: &OsStr, user: ServiceUser, depth: usize) -> std::io::Result<()> {
+    let ServiceUser { uid, gid } = user;
     if depth > MAX_DEPTH {
         return Err(std::io::Error::other(format!("deeper than {MAX_DEPTH} directories")));
     }
@@ -491,7 +493,7 @@ pub fn give_tree(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32), depth: usi
     if kind == SFlag::S_IFDIR {
         let child = openat(dir, name, DIR_FLAGS, Mode::empty())?;
         for entry in names_in(&child)? {
-            give_tree(&child, &entry, (uid, gid), depth + 1)?;
+            give_tree(&child, &entry, user, depth + 1)?;
         }
     } else if kind == SFlag::S_IFREG && st.st_nlink > 1 {
         return Ok(());
@@ -591,7 +593,7 @@ fn move_to_top(top: &OwnedFd, dir: &OwnedFd, name: &OsStr, moved_up: &mut u64) -
 }
 
 fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
-    Ok(cc_sandboxd::beneath::names(dir)?)
+    Ok(cc_host::beneath::names(dir)?)
 }
 
 #[cfg(test)]
@@ -667,7 +669,7 @@ mod tests {
         fs::write(src.join("suid"), "x").unwrap();
         fs::set_permissions(src.join("suid"), fs::Permissions::from_mode(0o4755)).unwrap();
         std::os::unix::fs::symlink("a", src.join("link")).unwrap();
-        clone_tree(&src, &dst, CloneMode::Copy, Some((65534, 65534)), &|_| {}).unwrap();
+        clone_tree(&src, &dst, CloneMode::Copy, Some(ServiceUser::NOBODY), &|_| {}).unwrap();
         let uid = |p: &str| fs::symlink_metadata(dst.join(p)).unwrap().uid();
         for given in ["a", "a/b", "a/b/f", ".git/objects", "link", "suid"] {
             assert_eq!(uid(given), 65534, "{given}");
@@ -675,7 +677,7 @@ mod tests {
         assert_eq!((uid(""), uid(".git")), (0, 0), "the top and .git wait for give_top");
         assert_eq!(fs::metadata(dst.join("suid")).unwrap().mode() & 0o7777, 0o755);
         let parent = open_dir_path(tmp.path()).unwrap();
-        give_top(&parent, OsStr::new("dst"), (65534, 65534)).unwrap();
+        give_top(&parent, OsStr::new("dst"), ServiceUser::NOBODY).unwrap();
         assert_eq!((uid(""), uid(".git")), (65534, 65534));
     }
 

@@ -23,7 +23,7 @@ fn outside_the_copy(dir: &Path, w: &World) -> Map<PathBuf, String> {
     snapshot(dir).into_iter().filter(|(rel, _)| copy.as_ref().is_none_or(|c| !rel.starts_with(c))).collect()
 }
 
-async fn refused(client: &mut Client, kind: pb::DispatchKind) -> tonic::Status {
+async fn refused(client: &mut Client, kind: cc_proto::common::v1::EnvelopeKind) -> tonic::Status {
     let request = pb::LaunchRequest {
         run_id: "r1".into(),
         kind: kind as i32,
@@ -151,8 +151,8 @@ async fn a_directory_swapped_for_a_link_during_launches_is_never_what_gets_mount
         let mut stream = stream.into_inner();
         while let Some(Ok(event)) = stream.next().await {
             match event.event {
-                Some(pb::launch_event::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
-                Some(pb::launch_event::Event::Exit(e)) => code = e.code,
+                Some(pb::launch_response::Event::Stdout(b)) => stdout.push_str(&String::from_utf8_lossy(&b)),
+                Some(pb::launch_response::Event::Exit(e)) => code = e.code,
                 _ => {}
             }
         }

@@ -225,7 +225,7 @@ async fn a_killed_waiting_envelope_and_concurrent_launches_fall_back_to_envelope
 async fn registering_again_or_unregistering_kills_the_envelope_made_ahead() {
     let w = world();
     let Some((sbx, mut client, first)) = native_with_one_waiting(&w).await else { return };
-    client.register_run(policy(&w)).await.unwrap();
+    client.register_run(cc_tests::sandbox::registration(policy(&w))).await.unwrap();
     eventually("the envelope made for the replaced policy is killed", || gone(first));
 
     let out = run(&mut client, "r1", BASH, &format!("{INIT_LINE}; true")).await;

@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-const SYSTEMD_SYSTEM: &str = include_str!("../../deploy/systemd/cc-supervisor.service");
-const SYSTEMD_USER: &str = include_str!("../../deploy/systemd/cc-supervisor.user.service");
-const LAUNCHD: &str = include_str!("../../deploy/launchd/dev.control-center.supervisor.plist");
+const SYSTEMD_SYSTEM: &str = include_str!("../../../deploy/systemd/cc-supervisor.service");
+const SYSTEMD_USER: &str = include_str!("../../../deploy/systemd/cc-supervisor.user.service");
+const LAUNCHD: &str = include_str!("../../../deploy/launchd/dev.control-center.supervisor.plist");
 
 pub const SYSTEMD_UNIT_NAME: &str = "cc-supervisor.service";
 pub const LAUNCHD_LABEL: &str = "dev.control-center.supervisor";

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::ServiceUser;
+
 /// What the person asked for with `--sandbox`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxChoice {
@@ -69,7 +71,7 @@ impl ProbeResult {
 
 /// The user envelopes are launched as, when we are root: the test launch must be made
 /// as that user, or it would prove what root can do rather than what launches can.
-pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
+pub const UNPRIVILEGED: ServiceUser = ServiceUser::NOBODY;
 
 /// Runs the probe. `bwrap` overrides the PATH lookup (configuration). As root, the test
 /// launch runs as an unprivileged user, as every real launch does.
@@ -80,9 +82,32 @@ pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
     native_probe(bwrap)
 }
 
+/// Where macOS keeps Seatbelt's tool.
+pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
+
+/// A test launch under the smallest profile, as the Linux probe does with
+/// bubblewrap: the tool exists, and this user may use it.
 #[cfg(target_os = "macos")]
 fn native_probe(_bwrap: Option<&Path>) -> ProbeResult {
-    crate::seatbelt::probe()
+    use std::process::{Command, Stdio};
+    let none = |detail: String| ProbeResult { backend: Backend::None, detail, program: None };
+    let launch = Command::new(SANDBOX_EXEC)
+        .args(["-p", "(version 1)(allow default)", "--", "/usr/bin/true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output();
+    match launch {
+        Ok(out) if out.status.success() => ProbeResult {
+            backend: Backend::Native,
+            detail: "sandbox-exec (Seatbelt)".into(),
+            program: Some(PathBuf::from(SANDBOX_EXEC)),
+        },
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            none(format!("sandbox-exec cannot apply a profile: {}", stderr.lines().next().unwrap_or("no message")))
+        }
+        Err(e) => none(format!("sandbox-exec cannot run: {e}")),
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -108,7 +133,7 @@ fn native_probe(bwrap: Option<&Path>) -> ProbeResult {
     let mut launch = Command::new(&bwrap);
     if nix::unistd::geteuid().is_root() {
         use std::os::unix::process::CommandExt;
-        launch.uid(UNPRIVILEGED.0).gid(UNPRIVILEGED.1).current_dir("/");
+        launch.uid(UNPRIVILEGED.uid).gid(UNPRIVILEGED.gid).current_dir("/");
     }
     let launch = launch
         .args(["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"])

@@ -6,6 +6,7 @@ mod gate;
 mod progress;
 mod render;
 mod runs;
+mod words;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,9 +18,9 @@ use cc_proto::supervisor::v1 as pb;
 use clap::{Args, Parser, Subcommand};
 use tokio_stream::StreamExt;
 
-use crate::client::{self, Client};
 use crate::install::{self, Target};
-use crate::paths::DataDir;
+use crate::{Client, Gate, Runs};
+use cc_proto::paths::DataDir;
 
 /// Control Center client: talks to cc-supervisor over $DATA/sock/api.sock.
 #[derive(Parser)]
@@ -314,19 +315,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Status { wait } => {
             let status = match wait {
-                None => connect(&socket, &data).await?.get_status(pb::GetStatusRequest {}).await.map_err(rpc_error)?,
+                None => connect(&socket, &data)
+                    .await?
+                    .system
+                    .get_status(pb::GetStatusRequest {})
+                    .await
+                    .map_err(rpc_error)?,
                 Some(seconds) => wait_for_serving(&socket, &data, Duration::from_secs(seconds)).await?,
             };
             render::status(&status.into_inner(), cli.json);
         }
         Command::Helpers { action: None } => {
-            let list =
-                connect(&socket, &data).await?.list_helpers(pb::ListHelpersRequest {}).await.map_err(rpc_error)?;
+            let list = connect(&socket, &data)
+                .await?
+                .system
+                .list_helpers(pb::ListHelpersRequest {})
+                .await
+                .map_err(rpc_error)?;
             render::helpers(&list.into_inner().helpers, cli.json);
         }
         Command::Helpers { action: Some(HelpersAction::Restart { name }) } => {
             let reply = connect(&socket, &data)
                 .await?
+                .system
                 .restart_helper(pb::RestartHelperRequest { name })
                 .await
                 .map_err(rpc_error)?;
@@ -335,12 +346,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events { follow, since } => {
             let mut stream = connect(&socket, &data)
                 .await?
+                .system
                 .watch_events(pb::WatchEventsRequest { since, follow })
                 .await
                 .map_err(rpc_error)?
                 .into_inner();
             while let Some(event) = stream.next().await {
-                render::event(&event.map_err(rpc_error)?, cli.json);
+                if let Some(event) = event.map_err(rpc_error)?.event {
+                    render::event(&event, cli.json);
+                }
             }
         }
         Command::Install(args) => install_unit(&args, &data, explicit_data_dir, cli.json)?,
@@ -348,11 +362,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut client = connect(&socket, &data).await?;
             match action {
                 WorkspaceAction::New { name } => {
-                    let w = client.create_workspace(pb::CreateWorkspaceRequest { name }).await.map_err(rpc_error)?;
-                    render::workspaces(&[w.into_inner()], cli.json);
+                    let request = pb::CreateWorkspaceRequest { workspace_id: name };
+                    let w = client.workspaces.create_workspace(request).await.map_err(rpc_error)?.into_inner();
+                    render::workspaces(&w.workspace.into_iter().collect::<Vec<_>>(), cli.json);
                 }
                 WorkspaceAction::List => {
-                    let list = client.list_workspaces(pb::ListWorkspacesRequest {}).await.map_err(rpc_error)?;
+                    let list =
+                        client.workspaces.list_workspaces(pb::ListWorkspacesRequest {}).await.map_err(rpc_error)?;
                     render::workspaces(&list.into_inner().workspaces, cli.json);
                 }
             }
@@ -364,21 +380,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     // The supervisor does not share our working directory.
                     let path =
                         std::path::absolute(&path).with_context(|| format!("cannot resolve {}", path.display()))?;
-                    let request = pb::AddRepoRequest {
-                        workspace,
+                    let request = pb::CreateRepositoryRequest {
+                        workspace_id: workspace,
                         path: path.as_os_str().as_encoded_bytes().to_vec(),
                         name: name.unwrap_or_default(),
                     };
-                    let repo = client.add_repo(request).await.map_err(rpc_error)?;
-                    render::repos(&[repo.into_inner()], cli.json);
+                    let repo = client.repositories.create_repository(request).await.map_err(rpc_error)?.into_inner();
+                    render::repos(&repo.repository.into_iter().collect::<Vec<_>>(), cli.json);
                 }
                 RepoAction::List { workspace } => {
-                    let list = client.list_repos(pb::ListReposRequest { workspace }).await.map_err(rpc_error)?;
-                    render::repos(&list.into_inner().repos, cli.json);
+                    let request = pb::ListRepositoriesRequest { workspace_id: workspace };
+                    let list = client.repositories.list_repositories(request).await.map_err(rpc_error)?;
+                    render::repos(&list.into_inner().repositories, cli.json);
                 }
                 RepoAction::Rm { name, workspace } => {
                     client
-                        .remove_repo(pb::RemoveRepoRequest { workspace, name: name.clone() })
+                        .repositories
+                        .delete_repository(pb::DeleteRepositoryRequest { workspace_id: workspace, name: name.clone() })
                         .await
                         .map_err(rpc_error)?;
                     render::done(&format!("unregistered {name}"), cli.json);
@@ -389,18 +407,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut client = connect(&socket, &data).await?;
             match action {
                 SandboxAction::Probe => {
-                    let probe = client.sandbox_probe(pb::SandboxProbeRequest {}).await.map_err(rpc_error)?.into_inner();
+                    let probe = client.sandbox.get_probe(pb::GetProbeRequest {}).await.map_err(rpc_error)?.into_inner();
                     render::sandbox_probe(&probe, cli.json);
                 }
                 SandboxAction::Explain { conversation, run, agent, kind, command } => {
-                    let request = pb::SandboxExplainRequest {
-                        conversation: conversation.unwrap_or_default(),
-                        run: run.unwrap_or_default(),
+                    let request = pb::ExplainEnvelopeRequest {
+                        conversation_id: conversation.unwrap_or_default(),
+                        run_id: run.unwrap_or_default(),
                         agent,
-                        kind: kind.replace('-', "_"),
+                        kind: words::envelope_kind(&kind) as i32,
                         argv: command.iter().map(|a| a.as_encoded_bytes().to_vec()).collect(),
                     };
-                    let explained = client.sandbox_explain(request).await.map_err(rpc_error)?.into_inner();
+                    let explained = client.sandbox.explain_envelope(request).await.map_err(rpc_error)?.into_inner();
                     render::sandbox_explain(&explained, cli.json);
                 }
             }
@@ -418,19 +436,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut client = connect(&socket, &data).await?;
             match action {
                 ConversationAction::New { repos, worktree_backend, workspace } => {
-                    let backend = match worktree_backend.as_str() {
-                        "copy" => pb::WorktreeBackend::Copy,
-                        "git-worktree" => pb::WorktreeBackend::GitWorktree,
-                        _ => pb::WorktreeBackend::Reflink,
-                    };
-                    let request = pb::NewConversationRequest { workspace, repos, backend: backend as i32 };
-                    let stream = client.new_conversation(request).await.map_err(rpc_error)?.into_inner();
+                    let backend = words::worktree_backend(&worktree_backend) as i32;
+                    let request =
+                        pb::CreateConversationRequest { workspace_id: workspace, repository_names: repos, backend };
+                    let stream =
+                        client.conversations.create_conversation(request).await.map_err(rpc_error)?.into_inner();
                     let conversation = progress::follow(stream).await?;
                     render::created(&conversation, cli.json);
                 }
                 ConversationAction::List { workspace } => {
-                    let request = pb::ListConversationsRequest { workspace: workspace.unwrap_or_default() };
-                    let list = client.list_conversations(request).await.map_err(rpc_error)?.into_inner();
+                    let request = pb::ListConversationsRequest { workspace_id: workspace.unwrap_or_default() };
+                    let list = client.conversations.list_conversations(request).await.map_err(rpc_error)?.into_inner();
                     render::conversations(&list.conversations, cli.json);
                     if !cli.json && !list.conversations.is_empty() {
                         eprintln!("ccctl: {}", crate::handback::AGENT_CONTROLLED);
@@ -447,29 +463,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 ConversationAction::Fetch { id, repo, into, branch } => {
                     let conversation = find_conversation(&mut client, &id).await?;
-                    if conversation.backend == "git-worktree" {
+                    if words::is_git_worktree(conversation.backend) {
                         anyhow::bail!(
                             "conversation {id} is a git worktree of the registered repository: its commits are \
                              already there, on its cc/ branch"
                         );
                     }
                     let repo = conversation_repo(&mut client, &id, repo.as_deref()).await?;
-                    let branch = branch.unwrap_or_else(|| format!("cc/{}", conversation.id));
+                    let branch = branch.unwrap_or_else(|| format!("cc/{}", conversation.conversation_id));
                     let copy = path_of(&repo.path);
                     let fetched =
                         tokio::task::spawn_blocking(move || crate::handback::fetch(&copy, &into, &branch)).await??;
                     render::done(&format!("fetched {} into branch {}", fetched.commit, fetched.branch), cli.json);
                 }
                 ConversationAction::Rm { id } => {
-                    let removed =
-                        client.remove_conversation(pb::RemoveConversationRequest { id }).await.map_err(rpc_error)?;
-                    let removed = removed.into_inner();
-                    let kept = if removed.backend == "git-worktree" {
+                    let request = pb::DeleteConversationRequest { conversation_id: id };
+                    let removed = client.conversations.delete_conversation(request).await.map_err(rpc_error)?;
+                    let removed = removed.into_inner().conversation.unwrap_or_default();
+                    let kept = if words::is_git_worktree(removed.backend) {
                         " (its cc/ branch is kept in the registered repository)"
                     } else {
                         ""
                     };
-                    render::done(&format!("removed conversation {}{kept}", removed.id), cli.json);
+                    render::done(&format!("removed conversation {}{kept}", removed.conversation_id), cli.json);
                 }
             }
         }
@@ -478,23 +494,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn find_conversation(client: &mut Client, id: &str) -> anyhow::Result<pb::Conversation> {
-    let request = pb::ListConversationsRequest { workspace: String::new() };
-    let list = client.list_conversations(request).await.map_err(rpc_error)?.into_inner();
+    let request = pb::ListConversationsRequest { workspace_id: String::new() };
+    let list = client.conversations.list_conversations(request).await.map_err(rpc_error)?.into_inner();
     list.conversations
         .into_iter()
-        .find(|c| c.id == id)
+        .find(|c| c.conversation_id == id)
         .ok_or_else(|| anyhow::anyhow!("no conversation {:?}", id.chars().take(64).collect::<String>()))
 }
 
 /// The conversation's repository named `name`, or its only one.
-async fn conversation_repo(client: &mut Client, id: &str, name: Option<&str>) -> anyhow::Result<pb::ConversationRepo> {
-    let conversation = find_conversation(client, id).await?;
-    let names: Vec<String> = conversation.repos.iter().map(|r| r.name.clone()).collect();
+async fn conversation_repo(
+    client: &mut Client,
+    id: &str,
+    name: Option<&str>,
+) -> anyhow::Result<pb::ConversationRepository> {
+    let repos = find_conversation(client, id).await?.repositories;
+    let names: Vec<String> = repos.iter().map(|r| r.name.clone()).collect();
     match name {
-        Some(name) => conversation.repos.into_iter().find(|r| r.name == name).ok_or_else(|| {
+        Some(name) => repos.into_iter().find(|r| r.name == name).ok_or_else(|| {
             anyhow::anyhow!("conversation {id} has no repository {name:?} (it has {})", names.join(", "))
         }),
-        None if conversation.repos.len() == 1 => Ok(conversation.repos.into_iter().next().expect("one")),
+        None if repos.len() == 1 => Ok(repos.into_iter().next().expect("one")),
         None => {
             anyhow::bail!("conversation {id} has several repositories ({}): name one with --repo", names.join(", "))
         }
@@ -507,18 +527,15 @@ fn path_of(bytes: &[u8]) -> std::path::PathBuf {
 }
 
 async fn connect(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<Client> {
-    Ok(client::supervisor(connect_channel(socket, data).await?))
+    Ok(Client::new(connect_channel(socket, data).await?))
 }
 
-async fn connect_gate(
-    socket: &std::path::Path,
-    data: &DataDir,
-) -> anyhow::Result<pb::gate_client::GateClient<tonic::transport::Channel>> {
-    Ok(client::gate(connect_channel(socket, data).await?))
+async fn connect_gate(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<Gate> {
+    Ok(connect(socket, data).await?.gate)
 }
 
-async fn connect_runs(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<crate::client::Runs> {
-    Ok(client::runs(connect_channel(socket, data).await?))
+async fn connect_runs(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<Runs> {
+    Ok(connect(socket, data).await?.runs)
 }
 
 async fn connect_channel(socket: &std::path::Path, data: &DataDir) -> anyhow::Result<tonic::transport::Channel> {
@@ -542,7 +559,7 @@ async fn wait_for_serving(
     let deadline = Instant::now() + limit;
     loop {
         let attempt =
-            async { connect(socket, data).await?.get_status(pb::GetStatusRequest {}).await.map_err(rpc_error) };
+            async { connect(socket, data).await?.system.get_status(pb::GetStatusRequest {}).await.map_err(rpc_error) };
         let result = attempt.await;
         let all_serving = result.as_ref().is_ok_and(|s| s.get_ref().helpers.iter().all(|h| h.serving));
         if all_serving || Instant::now() >= deadline {

@@ -17,8 +17,9 @@ use clap::Args;
 use super::gate::ModeArg;
 use super::runs::{self, Network};
 use super::{ExitWith, progress, rpc_error, wait_for_serving};
-use crate::client::{self, Client, Runs};
-use crate::paths::DataDir;
+use crate::{Client, Runs};
+use cc_proto::paths::DataDir;
+use cc_proto::reasons;
 
 /// How long an embedded supervisor may take until every helper serves.
 const EMBEDDED_START: Duration = Duration::from_secs(30);
@@ -140,8 +141,10 @@ impl Embedded {
 
 async fn register(client: &mut Client, repo: &Path) -> anyhow::Result<String> {
     let path = repo.as_os_str().as_encoded_bytes().to_vec();
-    let list = client.list_repos(pb::ListReposRequest { workspace: "default".into() }).await.map_err(rpc_error)?;
-    if let Some(known) = list.into_inner().repos.into_iter().find(|r| r.resolved_path == path || r.path == path) {
+    let request = pb::ListRepositoriesRequest { workspace_id: "default".into() };
+    let list = client.repositories.list_repositories(request).await.map_err(rpc_error)?;
+    if let Some(known) = list.into_inner().repositories.into_iter().find(|r| r.resolved_path == path || r.path == path)
+    {
         return Ok(known.name);
     }
     let base: String = repo
@@ -156,10 +159,11 @@ async fn register(client: &mut Client, repo: &Path) -> anyhow::Result<String> {
         .unwrap_or_else(|| "repo".into());
     for attempt in 1..=20 {
         let name = if attempt == 1 { base.clone() } else { format!("{base}-{attempt}") };
-        let request = pb::AddRepoRequest { workspace: "default".into(), path: path.clone(), name };
-        match client.add_repo(request).await {
-            Ok(r) => return Ok(r.into_inner().name),
-            Err(s) if s.code() == tonic::Code::AlreadyExists && !s.message().contains("already registered") => continue,
+        let request = pb::CreateRepositoryRequest { workspace_id: "default".into(), path: path.clone(), name };
+        match client.repositories.create_repository(request).await {
+            Ok(r) => return Ok(r.into_inner().repository.unwrap_or_default().name),
+            // The name is another checkout's: try the next one.
+            Err(s) if crate::refusal::is(&s, reasons::NAME_TAKEN) => continue,
             Err(s) => return Err(rpc_error(s)),
         }
     }
@@ -181,28 +185,24 @@ async fn main_job(
     made: &mut Made,
 ) -> anyhow::Result<u8> {
     let name = register(client, repo).await?;
-    let backend = match args.worktree_backend.as_str() {
-        "copy" => pb::WorktreeBackend::Copy,
-        "git-worktree" => pb::WorktreeBackend::GitWorktree,
-        _ => pb::WorktreeBackend::Reflink,
-    };
+    let backend = super::words::worktree_backend(&args.worktree_backend) as i32;
     let request =
-        pb::NewConversationRequest { workspace: "default".into(), repos: vec![name], backend: backend as i32 };
-    let stream = client.new_conversation(request).await.map_err(rpc_error)?.into_inner();
+        pb::CreateConversationRequest { workspace_id: "default".into(), repository_names: vec![name], backend };
+    let stream = client.conversations.create_conversation(request).await.map_err(rpc_error)?.into_inner();
     let conversation = progress::follow(stream).await?;
-    made.conversation = Some(conversation.id.clone());
+    made.conversation = Some(conversation.conversation_id.clone());
     let request = pb::StartRunRequest {
-        conversation: conversation.id,
+        conversation_id: conversation.conversation_id,
         agent: "default".into(),
         mode: args.mode.wire(),
         adapter: "harness".into(),
         network: args.network == Network::On,
     };
-    let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner();
-    made.run = Some(run.id.clone());
+    let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
+    made.run = Some(run.run_id.clone());
     let line = runs::command_line(&args.command)?;
     let outcome = tokio::select! {
-        outcome = runs::bash(runs_client, &run.id, line, args.timeout) => outcome?,
+        outcome = runs::bash(runs_client, &run.run_id, line, args.timeout) => outcome?,
         _ = tokio::signal::ctrl_c() => return Err(ExitWith::error(EXIT_INTERRUPTED, "interrupted: the command was killed")),
     };
     outcome.status()
@@ -210,14 +210,15 @@ async fn main_job(
 
 async fn clean_up(args: &ExecArgs, client: &mut Client, runs_client: &mut Runs, made: &Made) -> anyhow::Result<()> {
     if let Some(run) = &made.run {
-        let _ = runs_client.stop_run(pb::StopRunRequest { id: run.clone() }).await;
+        let _ = runs_client.stop_run(pb::StopRunRequest { run_id: run.clone() }).await;
     }
     if let Some(id) = &made.conversation {
         if args.keep {
             eprintln!("ccctl: kept conversation {id}");
             eprintln!("ccctl: {}", crate::handback::AGENT_CONTROLLED);
         } else {
-            client.remove_conversation(pb::RemoveConversationRequest { id: id.clone() }).await.map_err(rpc_error)?;
+            let request = pb::DeleteConversationRequest { conversation_id: id.clone() };
+            client.conversations.delete_conversation(request).await.map_err(rpc_error)?;
         }
     }
     Ok(())
@@ -243,8 +244,8 @@ pub async fn exec(args: ExecArgs, socket: Option<PathBuf>, data: Option<DataDir>
         }
         Err(e) => return Err(e.into()),
     };
-    let mut supervisor = client::supervisor(channel.clone());
-    let mut runs_client = client::runs(channel);
+    let mut supervisor = Client::new(channel);
+    let mut runs_client = supervisor.runs.clone();
     let mut made = Made::default();
     let outcome = main_job(&args, &mut supervisor, &mut runs_client, &repo, &mut made).await;
     let cleaned = clean_up(&args, &mut supervisor, &mut runs_client, &made).await;

@@ -38,7 +38,8 @@ fn print_json(value: &Value) {
     print(&format!("{value}\n"));
 }
 
-fn time(ms: i64) -> String {
+fn time(timestamp: Option<&cc_proto::Timestamp>) -> String {
+    let ms = cc_proto::time::unix_ms(timestamp);
     let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()
 }
@@ -66,10 +67,10 @@ fn exit_text(exit: Option<&pb::ExitStatus>) -> String {
 }
 
 fn exit_json(exit: Option<&pb::ExitStatus>) -> Value {
-    exit.map_or(Value::Null, |e| json!({ "code": e.code, "signal": e.signal, "time": time(e.time_unix_ms) }))
+    exit.map_or(Value::Null, |e| json!({ "code": e.code, "signal": e.signal, "time": time(e.exit_time.as_ref()) }))
 }
 
-fn helper_json(h: &pb::HelperInfo, live: bool) -> Value {
+fn helper_json(h: &pb::Helper, live: bool) -> Value {
     let mut v = json!({
         "name": h.name,
         "pid": (h.pid != 0).then_some(h.pid),
@@ -95,7 +96,7 @@ fn helper_json(h: &pb::HelperInfo, live: bool) -> Value {
     v
 }
 
-fn helper_table(helpers: &[pb::HelperInfo], live: bool) -> String {
+fn helper_table(helpers: &[pb::Helper], live: bool) -> String {
     let mut out = String::new();
     let serving_col = if live { "  SERVING" } else { "" };
     out.push_str(&format!(
@@ -134,17 +135,15 @@ pub fn status(s: &pb::GetStatusResponse, json: bool) {
             "pid": s.pid,
             "data_dir": s.data_dir,
             "sandbox": s.backend_line,
-            "backend": match pb::SandboxBackend::try_from(s.backend) {
-                Ok(pb::SandboxBackend::Native) => "native",
-                Ok(pb::SandboxBackend::None) => "none",
-                _ => "unknown",
-            },
-            "started": time(s.started_unix_ms),
+            "backend": super::words::sandbox_backend_name(s.backend),
+            "started": time(s.start_time.as_ref()),
             "helpers": s.helpers.iter().map(|h| helper_json(h, true)).collect::<Vec<_>>(),
         }));
     }
     let up = SystemTime::now()
-        .duration_since(UNIX_EPOCH + Duration::from_millis(s.started_unix_ms.max(0) as u64))
+        .duration_since(
+            UNIX_EPOCH + Duration::from_millis(cc_proto::time::unix_ms(s.start_time.as_ref()).max(0) as u64),
+        )
         .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
         .unwrap_or_else(|_| "0s".into());
     print(&format!(
@@ -157,7 +156,7 @@ pub fn status(s: &pb::GetStatusResponse, json: bool) {
     ));
 }
 
-pub fn helpers(helpers: &[pb::HelperInfo], json: bool) {
+pub fn helpers(helpers: &[pb::Helper], json: bool) {
     if json {
         return print_json(&Value::Array(helpers.iter().map(|h| helper_json(h, false)).collect()));
     }
@@ -180,7 +179,7 @@ pub fn event(e: &Event, json: bool) {
     if json {
         return print_json(&json!({
             "id": e.id,
-            "time": time(e.time_unix_ms),
+            "time": time(e.create_time.as_ref()),
             "kind": e.kind,
             "subject": e.subject,
             "payload": payload,
@@ -189,7 +188,7 @@ pub fn event(e: &Event, json: bool) {
     print(&format!(
         "{:>6}  {}  {:<18} {:<16} {}\n",
         e.id,
-        time(e.time_unix_ms),
+        time(e.create_time.as_ref()),
         one_line(&e.kind),
         one_line(&e.subject),
         payload
@@ -219,23 +218,23 @@ fn lossy(bytes: &[u8]) -> String {
 pub fn workspaces(list: &[pb::Workspace], json: bool) {
     if json {
         let items: Vec<Value> =
-            list.iter().map(|w| json!({ "name": w.name, "created": time(w.created_unix_ms) })).collect();
+            list.iter().map(|w| json!({ "name": w.workspace_id, "created": time(w.create_time.as_ref()) })).collect();
         return print_json(&Value::Array(items));
     }
-    print(&list.iter().map(|w| format!("{}\n", w.name)).collect::<String>());
+    print(&list.iter().map(|w| format!("{}\n", w.workspace_id)).collect::<String>());
 }
 
-pub fn repos(list: &[pb::Repo], json: bool) {
+pub fn repos(list: &[pb::Repository], json: bool) {
     if json {
         let items: Vec<Value> = list
             .iter()
             .map(|r| {
                 json!({
-                    "workspace": r.workspace,
+                    "workspace": r.workspace_id,
                     "name": r.name,
                     "path": lossy(&r.path),
                     "resolved_path": lossy(&r.resolved_path),
-                    "created": time(r.created_unix_ms),
+                    "created": time(r.create_time.as_ref()),
                 })
             })
             .collect();
@@ -255,11 +254,11 @@ pub fn repos(list: &[pb::Repo], json: bool) {
 
 fn conversation_json(c: &pb::Conversation) -> Value {
     json!({
-        "id": c.id,
-        "workspace": c.workspace,
-        "backend": c.backend,
-        "created": time(c.created_unix_ms),
-        "repos": c.repos.iter().map(|r| json!({
+        "id": c.conversation_id,
+        "workspace": c.workspace_id,
+        "backend": super::words::worktree_backend_name(c.backend),
+        "created": time(c.create_time.as_ref()),
+        "repos": c.repositories.iter().map(|r| json!({
             "name": r.name,
             "source": lossy(&r.source_path),
             "path": lossy(&r.path),
@@ -273,7 +272,7 @@ pub fn created(c: &pb::Conversation, json: bool) {
     if json {
         return print_json(&conversation_json(c));
     }
-    print(&format!("{}\n", c.id));
+    print(&format!("{}\n", c.conversation_id));
 }
 
 pub fn conversations(list: &[pb::Conversation], json: bool) {
@@ -282,39 +281,43 @@ pub fn conversations(list: &[pb::Conversation], json: bool) {
     }
     let mut out = format!("{:<20}{:<12}{:<14}{:<26}{}\n", "ID", "WORKSPACE", "BACKEND", "CREATED", "REPOS");
     for c in list {
-        let repos: Vec<&str> = c.repos.iter().map(|r| r.name.as_str()).collect();
+        let repos: Vec<&str> = c.repositories.iter().map(|r| r.name.as_str()).collect();
         out.push_str(&format!(
             "{:<20}{:<12}{:<14}{:<26}{}\n",
-            c.id,
-            c.workspace,
-            c.backend,
-            time(c.created_unix_ms),
+            c.conversation_id,
+            c.workspace_id,
+            super::words::worktree_backend_name(c.backend),
+            time(c.create_time.as_ref()),
             repos.join(",")
         ));
     }
     print(&out);
 }
 
-pub fn sandbox_probe(p: &pb::SandboxProbeResponse, json: bool) {
+pub fn sandbox_probe(p: &pb::GetProbeResponse, json: bool) {
+    let backend = super::words::sandbox_backend_name(p.backend);
     if json {
-        return print_json(&json!({ "backend": p.backend, "detail": p.detail }));
+        return print_json(&json!({ "backend": backend, "detail": p.detail }));
     }
-    print(&format!("sandbox backend={} ({})\n", p.backend, one_line(&p.detail)));
+    print(&format!("sandbox backend={backend} ({})\n", one_line(&p.detail)));
 }
 
 /// One argument a line, quoted for a POSIX shell, so that it can be pasted and run.
-pub fn sandbox_explain(e: &pb::SandboxExplainResponse, json: bool) {
+pub fn sandbox_explain(e: &pb::ExplainEnvelopeResponse, json: bool) {
+    let backend = super::words::sandbox_backend_name(e.backend);
     if json {
         let argv: Vec<String> = e.argv.iter().map(|a| lossy(a)).collect();
-        return print_json(&json!({ "backend": e.backend, "argv": argv, "env": e.env }));
+        return print_json(&json!({ "backend": backend, "argv": argv, "env": e.env }));
     }
     let quoted: Vec<String> = e.argv.iter().map(|a| shell_quote(&lossy(a))).collect();
-    print(&format!("# backend={}\n{}\n", e.backend, quoted.join(" \\\n  ")));
+    print(&format!("# backend={backend}\n{}\n", quoted.join(" \\\n  ")));
 }
 
+/// Quoted for a POSIX shell (shlex), control characters escaped first so that nothing
+/// printed rewrites the terminal.
 fn shell_quote(arg: &str) -> String {
-    let plain = !arg.is_empty() && arg.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
-    if plain { arg.to_owned() } else { format!("'{}'", one_line(arg).replace('\'', "'\\''")) }
+    let shown = one_line(arg);
+    shlex::try_quote(&shown).map(|q| q.into_owned()).unwrap_or(shown)
 }
 
 pub fn done(message: &str, json: bool) {

@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    cc_supervisor::cli::main()
+    cc_client::cli::main()
 }

@@ -5,11 +5,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use anyhow::{Context, anyhow};
-use cc_proto::runner::v1 as rn;
-use cc_proto::runner::v1::tool_call::Call;
-use cc_proto::runner::v1::tool_result::Result as Outcome;
+use cc_proto::reasons;
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::tool_event::Event;
+use cc_proto::supervisor::v1::call_tool_request::Tool;
+use cc_proto::supervisor::v1::call_tool_response::Event;
+use cc_proto::tools::v1 as rn;
+use cc_proto::tools::v1::tool_result::Result as Outcome;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -17,7 +18,7 @@ use tokio_stream::StreamExt;
 use super::gate::ModeArg;
 use super::render::one_line;
 use super::{ExitWith, rpc_error};
-use crate::client::Runs;
+use crate::Runs;
 
 /// A command denied by the gate, or a path refused by confinement (documented).
 pub const EXIT_DENIED: u8 = 125;
@@ -134,11 +135,12 @@ fn stdin_text(what: &str) -> anyhow::Result<Vec<u8>> {
     Ok(content)
 }
 
-/// A tool's refusal: `ccctl: denied: …` / `ccctl: refused: …` and [`EXIT_DENIED`].
+/// A tool's refusal, told apart by its reason (the gate's denial, no approver, the
+/// runner's confinement): `ccctl: denied: …` / `ccctl: refused: …` and [`EXIT_DENIED`].
 pub fn tool_error(status: tonic::Status) -> anyhow::Error {
-    let m = status.message();
-    if status.code() == tonic::Code::PermissionDenied && (m.starts_with("denied: ") || m.starts_with("refused: ")) {
-        return ExitWith::error(EXIT_DENIED, m);
+    let denied = [reasons::GATE_DENIED, reasons::NO_APPROVER, reasons::CONFINEMENT_REFUSED];
+    if crate::refusal::reason(&status).is_some_and(|r| denied.contains(&r.as_str())) {
+        return ExitWith::error(EXIT_DENIED, status.message());
     }
     rpc_error(status)
 }
@@ -155,10 +157,11 @@ pub fn state_name(state: i32) -> &'static str {
 
 fn run_json(r: &pb::Run) -> serde_json::Value {
     json!({
-        "id": r.id, "conversation": r.conversation, "workspace": r.workspace, "agent": r.agent,
+        "id": r.run_id, "conversation": r.conversation_id, "workspace": r.workspace_id, "agent": r.agent,
         "mode": super::render::mode_name(r.mode), "adapter": r.adapter, "network": r.network,
-        "state": state_name(r.state), "runner_pid": r.runner_pid, "started_unix_ms": r.started_unix_ms,
-        "ended_unix_ms": r.ended_unix_ms, "end_reason": r.end_reason, "tools": r.tools,
+        "state": state_name(r.state), "runner_pid": r.runner_pid,
+        "started_unix_ms": cc_proto::time::unix_ms(r.start_time.as_ref()),
+        "ended_unix_ms": cc_proto::time::unix_ms(r.end_time.as_ref()), "end_reason": r.end_reason, "tools": r.tools,
         "work_dir": lossy(&r.work_dir),
     })
 }
@@ -167,10 +170,10 @@ fn print_run(r: &pb::Run) {
     let ended = if r.end_reason.is_empty() { String::new() } else { format!(" ({})", one_line(&r.end_reason)) };
     println!(
         "{}  {}{}  conversation {}  agent {}  mode {}  runner pid {}",
-        r.id,
+        r.run_id,
         state_name(r.state),
         ended,
-        r.conversation,
+        r.conversation_id,
         r.agent,
         super::render::mode_name(r.mode),
         r.runner_pid
@@ -181,21 +184,21 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
     match action {
         RunAction::Start { conversation, agent, mode, adapter, network } => {
             let request = pb::StartRunRequest {
-                conversation,
+                conversation_id: conversation,
                 agent,
                 mode: mode.wire(),
                 adapter,
                 network: network == Network::On,
             };
-            let run = client.start_run(request).await.map_err(rpc_error)?.into_inner();
+            let run = client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
             if json {
                 println!("{}", run_json(&run));
             } else {
-                println!("{}", run.id);
+                println!("{}", run.run_id);
             }
         }
         RunAction::List { conversation } => {
-            let request = pb::ListRunsRequest { conversation: conversation.unwrap_or_default() };
+            let request = pb::ListRunsRequest { conversation_id: conversation.unwrap_or_default() };
             let runs = client.list_runs(request).await.map_err(rpc_error)?.into_inner().runs;
             if json {
                 println!("{}", serde_json::Value::Array(runs.iter().map(run_json).collect()));
@@ -204,7 +207,8 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
             }
         }
         RunAction::Show { id } => {
-            let run = client.get_run(pb::GetRunRequest { id }).await.map_err(rpc_error)?.into_inner();
+            let run = client.get_run(pb::GetRunRequest { run_id: id }).await.map_err(rpc_error)?.into_inner();
+            let run = run.run.unwrap_or_default();
             if json {
                 println!("{}", run_json(&run));
             } else {
@@ -214,7 +218,8 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
             }
         }
         RunAction::Stop { id } => {
-            let run = client.stop_run(pb::StopRunRequest { id }).await.map_err(rpc_error)?.into_inner();
+            let run = client.stop_run(pb::StopRunRequest { run_id: id }).await.map_err(rpc_error)?.into_inner();
+            let run = run.run.unwrap_or_default();
             if json {
                 println!("{}", run_json(&run));
             } else {
@@ -264,8 +269,8 @@ pub fn command_line(command: &[String]) -> anyhow::Result<String> {
 
 /// Runs one bash call, streaming its output to ours.
 pub async fn bash(client: &mut Runs, run_id: &str, command: String, timeout: u32) -> anyhow::Result<BashOutcome> {
-    let call = rn::ToolCall { call: Some(Call::Bash(rn::BashCall { command, timeout_seconds: timeout })) };
-    let request = pb::CallToolRequest { run_id: run_id.to_owned(), call: Some(call) };
+    let tool = Tool::Bash(pb::BashArgs { command, timeout_seconds: timeout });
+    let request = pb::CallToolRequest { run_id: run_id.to_owned(), tool: Some(tool) };
     let mut stream = client.call_tool(request).await.map_err(tool_error)?.into_inner();
     let mut outcome = BashOutcome { exit: None };
     while let Some(event) = stream.next().await {
@@ -279,8 +284,8 @@ pub async fn bash(client: &mut Runs, run_id: &str, command: String, timeout: u32
                 let _ = std::io::stderr().lock().write_all(&chunk);
             }
             Some(Event::Exit(exit)) => outcome.exit = Some(exit),
-            Some(Event::Envelope(kind)) if kind != "native" => {
-                eprintln!("ccctl: note: this command runs {kind} (no OS sandbox)");
+            Some(Event::Envelope(kind)) if super::words::envelope_name(kind) != "native" => {
+                eprintln!("ccctl: note: this command runs {} (no OS sandbox)", super::words::envelope_name(kind));
             }
             _ => {}
         }
@@ -292,7 +297,8 @@ pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bo
     let start = |p: &Option<std::path::PathBuf>| p.as_deref().map(bytes).unwrap_or_default();
     let call = match action {
         ToolAction::List => {
-            let run = client.get_run(pb::GetRunRequest { id: run_id }).await.map_err(rpc_error)?.into_inner();
+            let run = client.get_run(pb::GetRunRequest { run_id }).await.map_err(rpc_error)?.into_inner();
+            let run = run.run.unwrap_or_default();
             if json {
                 println!("{}", json!(run.tools));
             } else {
@@ -308,21 +314,21 @@ pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bo
                 code => Err(ExitWith::silent(code)),
             };
         }
-        ToolAction::Read { path, offset, limit } => Call::Read(rn::ReadCall { path: bytes(&path), offset, limit }),
+        ToolAction::Read { path, offset, limit } => Tool::Read(rn::ReadArgs { path: bytes(&path), offset, limit }),
         ToolAction::Write { path } => {
-            Call::Write(rn::WriteCall { path: bytes(&path), content: stdin_text("content")? })
+            Tool::Write(rn::WriteArgs { path: bytes(&path), content: stdin_text("content")? })
         }
-        ToolAction::Edit { path, old, new } => Call::Edit(rn::EditCall { path: bytes(&path), old, new }),
+        ToolAction::Edit { path, old, new } => Tool::Edit(rn::EditArgs { path: bytes(&path), old, new }),
         ToolAction::ApplyPatch => {
             let patch =
                 String::from_utf8(stdin_text("patch")?).map_err(|_| anyhow!("the patch on stdin is not UTF-8"))?;
-            Call::ApplyPatch(rn::ApplyPatchCall { patch })
+            Tool::ApplyPatch(rn::ApplyPatchArgs { patch })
         }
-        ToolAction::Search { pattern, path } => Call::Search(rn::SearchCall { pattern, path: start(&path) }),
-        ToolAction::Find { glob, path } => Call::Find(rn::FindCall { glob, path: start(&path) }),
-        ToolAction::SearchFiles { query, path } => Call::SearchFiles(rn::SearchFilesCall { query, path: start(&path) }),
+        ToolAction::Search { pattern, path } => Tool::Search(rn::SearchArgs { pattern, path: start(&path) }),
+        ToolAction::Find { glob, path } => Tool::Find(rn::FindArgs { glob, path: start(&path) }),
+        ToolAction::SearchFiles { query, path } => Tool::SearchFiles(rn::SearchFilesArgs { query, path: start(&path) }),
     };
-    let request = pb::CallToolRequest { run_id, call: Some(rn::ToolCall { call: Some(call) }) };
+    let request = pb::CallToolRequest { run_id, tool: Some(call) };
     let mut stream = client.call_tool(request).await.map_err(tool_error)?.into_inner();
     while let Some(event) = stream.next().await {
         if let Some(Event::Result(result)) = event.map_err(tool_error)?.event {

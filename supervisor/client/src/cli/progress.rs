@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use anyhow::anyhow;
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::provision_update::Update;
+use cc_proto::supervisor::v1::create_conversation_response::Update;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_stream::StreamExt;
 
@@ -15,7 +15,7 @@ use super::rpc_error;
 /// Trees smaller than this finish before a bar is worth drawing.
 const BAR_FROM_FILES: u64 = 2_000;
 
-pub async fn follow(mut stream: tonic::Streaming<pb::ProvisionUpdate>) -> anyhow::Result<pb::Conversation> {
+pub async fn follow(mut stream: tonic::Streaming<pb::CreateConversationResponse>) -> anyhow::Result<pb::Conversation> {
     let terminal = std::io::stderr().is_terminal();
     let mut bar: Option<ProgressBar> = None;
     while let Some(update) = stream.next().await {
@@ -31,7 +31,7 @@ pub async fn follow(mut stream: tonic::Streaming<pb::ProvisionUpdate>) -> anyhow
                             .unwrap_or_else(|_| ProgressStyle::default_bar())
                             .progress_chars("=> "),
                     );
-                    b.set_message(one_line(&p.repo));
+                    b.set_message(one_line(&p.repository_name));
                     bar = Some(b);
                 }
             }
@@ -47,7 +47,7 @@ pub async fn follow(mut stream: tonic::Streaming<pb::ProvisionUpdate>) -> anyhow
                     None => eprintln!("{line}"),
                 }
             }
-            Some(Update::Done(conversation)) => {
+            Some(Update::Conversation(conversation)) => {
                 if let Some(b) = bar.take() {
                     b.finish_and_clear();
                 }

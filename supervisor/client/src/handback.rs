@@ -117,7 +117,7 @@ impl NeutralGit {
         let mut c = Command::new("git");
         c.arg("-C").arg(dir).arg("--no-pager").args(args);
         c.env_clear()
-            .env("PATH", cc_sandboxd::environment::SYSTEM_PATH)
+            .env("PATH", cc_host::SYSTEM_PATH)
             .env("HOME", self.home.path())
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", &self.global)

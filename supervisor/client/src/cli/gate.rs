@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::{Context, anyhow, bail};
 use cc_proto::common::v1 as common;
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::approval_event::Event as Kind;
+use cc_proto::supervisor::v1::watch_approvals_response::Event as Kind;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
@@ -89,12 +89,16 @@ pub struct ToolsArgs {
 pub async fn policy(mut gate: GateClient, action: PolicyAction, json: bool) -> anyhow::Result<()> {
     match action {
         PolicyAction::Show { workspace } => {
-            let p = gate.show_policy(pb::ShowPolicyRequest { workspace }).await.map_err(rpc_error)?.into_inner();
+            let p = gate
+                .get_policy(pb::GetPolicyRequest { workspace_id: workspace })
+                .await
+                .map_err(rpc_error)?
+                .into_inner();
             show_policy(&p, json);
         }
         PolicyAction::Check { mode, workspace, command } => {
             let command_line = command.join(" ");
-            let request = pb::CheckCommandRequest { command_line, mode: mode.wire(), workspace };
+            let request = pb::CheckCommandRequest { command_line, mode: mode.wire(), workspace_id: workspace };
             let reply = gate.check_command(request).await.map_err(rpc_error)?.into_inner();
             let verdict = reply.verdict.ok_or_else(|| anyhow!("the supervisor sent no verdict"))?;
             show_verdict(&verdict, json);
@@ -129,7 +133,7 @@ pub async fn approvals(mut gate: GateClient, action: ApprovalsAction, json: bool
     let ApprovalsAction::Watch { answer, count, name, note } = action;
     let fixed = answer.map(|a| if a == "allow" { common::Decision::Allow } else { common::Decision::Deny });
     let name = name.unwrap_or_else(|| format!("ccctl pid {}", std::process::id()));
-    let (answers, outbound) = tokio::sync::mpsc::channel::<pb::ApprovalAnswer>(16);
+    let (answers, outbound) = tokio::sync::mpsc::channel::<pb::WatchApprovalsRequest>(16);
     let mut request = tonic::Request::new(ReceiverStream::new(outbound));
     let header = name.parse().context("the approver name must be printable ASCII")?;
     request.metadata_mut().insert("x-cc-approver", header);
@@ -157,9 +161,9 @@ pub async fn approvals(mut gate: GateClient, action: ApprovalsAction, json: bool
                         say(json, question_json(&q), &question_text(&q));
                         match fixed {
                             Some(decision) => {
-                                let reply = pb::ApprovalAnswer { question_id: q.id.clone(), decision: decision as i32, note: note.clone() };
+                                let reply = pb::WatchApprovalsRequest { question_id: q.question_id.clone(), decision: decision as i32, note: note.clone() };
                                 answers.send(reply).await.map_err(|_| anyhow!("the approval stream closed"))?;
-                                sent.push(q.id.clone());
+                                sent.push(q.question_id.clone());
                             }
                             None => {
                                 waiting.push_back(q);
@@ -169,14 +173,14 @@ pub async fn approvals(mut gate: GateClient, action: ApprovalsAction, json: bool
                     }
                     Some(Kind::Resolved(r)) => {
                         let decision = decision_name(r.decision);
-                        say(json, json!({ "resolved": r.id, "decision": decision, "decided_by": r.decided_by, "reason": r.reason }),
-                            &format!("{}: {decision} ({})", r.id, one_line(&r.reason)));
-                        if let Some(pos) = sent.iter().position(|id| *id == r.id) {
+                        say(json, json!({ "resolved": r.question_id, "decision": decision, "decided_by": r.decided_by, "reason": r.reason }),
+                            &format!("{}: {decision} ({})", r.question_id, one_line(&r.reason)));
+                        if let Some(pos) = sent.iter().position(|id| *id == r.question_id) {
                             sent.remove(pos);
                             answered += 1;
                         }
-                        let was_first = waiting.front().is_some_and(|q| q.id == r.id);
-                        waiting.retain(|q| q.id != r.id);
+                        let was_first = waiting.front().is_some_and(|q| q.question_id == r.question_id);
+                        waiting.retain(|q| q.question_id != r.question_id);
                         if was_first && !waiting.is_empty() { prompt() }
                     }
                     None => {}
@@ -190,9 +194,9 @@ pub async fn approvals(mut gate: GateClient, action: ApprovalsAction, json: bool
                     Some(l) if matches!(l.trim(), "n" | "no" | "deny" | "") => common::Decision::Deny,
                     Some(_) => { prompt(); continue }
                 };
-                let reply = pb::ApprovalAnswer { question_id: q.id.clone(), decision: decision as i32, note: note.clone() };
+                let reply = pb::WatchApprovalsRequest { question_id: q.question_id.clone(), decision: decision as i32, note: note.clone() };
                 answers.send(reply).await.map_err(|_| anyhow!("the approval stream closed"))?;
-                sent.push(q.id.clone());
+                sent.push(q.question_id.clone());
                 waiting.pop_front();
                 if !waiting.is_empty() { prompt() }
             }
@@ -225,20 +229,20 @@ fn question_text(q: &pb::ApprovalQuestion) -> String {
     };
     let why = q.verdict.as_ref().map(|v| v.reason.clone()).unwrap_or_default();
     let run = if a.run_id.is_empty() { String::new() } else { format!(" run {}", a.run_id) };
-    format!("{}{run}: {what} ({why})", q.id)
+    format!("{}{run}: {what} ({why})", q.question_id)
 }
 
 fn question_json(q: &pb::ApprovalQuestion) -> Value {
     let a = q.action.clone().unwrap_or_default();
     json!({
-        "question": q.id,
+        "question": q.question_id,
         "run": a.run_id,
         "tool": a.tool,
         "summary": a.summary,
         "command_line": a.command_line,
         "effects": effects(&a.effects),
         "reason": q.verdict.as_ref().map(|v| v.reason.clone()),
-        "deadline_unix_ms": q.deadline_unix_ms,
+        "deadline_unix_ms": cc_proto::time::unix_ms(q.deadline.as_ref()),
     })
 }
 
@@ -319,7 +323,7 @@ fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
-fn show_policy(p: &pb::ShowPolicyResponse, json: bool) {
+fn show_policy(p: &pb::GetPolicyResponse, json: bool) {
     if json {
         let rules: Vec<Value> = p
             .rules

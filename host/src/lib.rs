@@ -1,0 +1,48 @@
+//! What the supervisor and sandboxd both know of the host they run on, in a crate of
+//! its own so that the supervisor does not link sandboxd's envelope builder:
+//!
+//! * [`probe`]: the sandbox backend probe (a real test launch) and the person's choice;
+//! * [`beneath`]: reaching inside a directory tree an agent controls without following
+//!   its links;
+//! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`]: facts both sides must agree on.
+#![forbid(unsafe_code)]
+
+pub mod beneath;
+pub mod probe;
+
+/// The unprivileged user every launch, runner and provisioned copy belongs to when the
+/// supervisor runs as root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl ServiceUser {
+    /// nobody:nogroup, which owns nothing else on a Debian host.
+    pub const NOBODY: ServiceUser = ServiceUser { uid: 65534, gid: 65534 };
+
+    /// The service user when this process is root; `None` otherwise (then everything is
+    /// this process's own user's).
+    pub fn when_root() -> Option<ServiceUser> {
+        nix::unistd::geteuid().is_root().then_some(probe::UNPRIVILEGED)
+    }
+}
+
+/// Every envelope's PATH starts with the system's program directories, never the host's
+/// PATH; the supervisor's own git calls on agent trees use it too.
+pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The runner's envelope binds its paths by descriptor: the one at index i of
+/// `Envelope.bound` is descriptor `FIRST_BOUND_FD + i` of the process the supervisor
+/// starts (0–2 are stdio; 3 carries bubblewrap's options).
+pub const FIRST_BOUND_FD: i32 = 4;
+
+impl From<probe::Backend> for cc_proto::common::v1::SandboxBackend {
+    fn from(backend: probe::Backend) -> Self {
+        match backend {
+            probe::Backend::Native => Self::Native,
+            probe::Backend::None => Self::None,
+        }
+    }
+}

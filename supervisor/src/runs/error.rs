@@ -1,0 +1,98 @@
+//! Why a run cannot start, be found, or carry out a call: typed here, turned into a
+//! `tonic::Status` only at the service's edge ([`super::service`]), with the
+//! `google.rpc.ErrorInfo` reason a client tells the refusal apart by.
+
+use cc_proto::reasons;
+use tonic::{Code, Status};
+
+use super::RunState;
+use crate::conversations::ConversationError;
+use crate::ids::RunId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("no run {:?}", .0.shown())]
+    NotFound(RunId),
+    #[error("run {} is {} ({reason}); start a new one with `ccctl run start`", run_id.shown(), state.as_str())]
+    Ended { run_id: RunId, state: RunState, reason: String },
+    #[error("run {} is already stopping", .0.shown())]
+    AlreadyStopping(RunId),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("unknown adapter {0:?}: only `harness` exists so far")]
+    UnknownAdapter(String),
+    #[error("--network on needs the egress proxy, which does not exist yet: runs are network-off (the default)")]
+    NoEgress,
+    /// The gate denied the call, by a rule, a default, the command policy or the mode.
+    #[error("denied: {reason}")]
+    GateDenied { reason: String, effect: String, origin: String, decided_by: String },
+    /// The gate asked, and no approver answered.
+    #[error("denied: {0}")]
+    NoApprover(String),
+    #[error("{0}")]
+    Conversation(#[from] ConversationError),
+    /// A helper's (sandboxd's or the runner's) own refusal, passed on as it came: it
+    /// carries its reason already (`LINK_IN_ROOT`, `CONFINEMENT_REFUSED`, …).
+    #[error("{}", .0.message())]
+    Helper(Status),
+    #[error("{0}")]
+    RunnerUnavailable(String),
+    #[error("{0}")]
+    Precondition(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<Status> for RunError {
+    fn from(status: Status) -> Self {
+        RunError::Helper(status)
+    }
+}
+
+impl From<crate::store::StoreError> for RunError {
+    fn from(e: crate::store::StoreError) -> Self {
+        RunError::Internal(format!("the run store: {e}"))
+    }
+}
+
+impl From<crate::ids::MintError> for RunError {
+    fn from(e: crate::ids::MintError) -> Self {
+        RunError::Internal(e.to_string())
+    }
+}
+
+impl From<RunError> for Status {
+    fn from(e: RunError) -> Status {
+        let message = e.to_string();
+        match e {
+            RunError::NotFound(run_id) => {
+                reasons::refusal(Code::NotFound, message, reasons::RUN_NOT_FOUND, &[("run_id", run_id.shown())])
+            }
+            RunError::Ended { run_id, state, .. } => reasons::refusal(
+                Code::FailedPrecondition,
+                message,
+                reasons::RUN_ENDED,
+                &[("run_id", run_id.shown()), ("state", state.as_str().to_owned())],
+            ),
+            RunError::AlreadyStopping(_) | RunError::Precondition(_) => Status::failed_precondition(message),
+            RunError::BadRequest(_) | RunError::UnknownAdapter(_) => Status::invalid_argument(message),
+            RunError::NoEgress => reasons::refusal(
+                Code::FailedPrecondition,
+                message,
+                reasons::BACKEND_UNAVAILABLE,
+                &[("backend", "egress".to_owned())],
+            ),
+            RunError::GateDenied { effect, origin, decided_by, .. } => reasons::refusal(
+                Code::PermissionDenied,
+                message,
+                reasons::GATE_DENIED,
+                &[("effect", effect), ("source", origin), ("decided_by", decided_by)],
+            ),
+            RunError::NoApprover(_) => reasons::refusal(Code::PermissionDenied, message, reasons::NO_APPROVER, &[]),
+            RunError::Conversation(e) => Status::from(e),
+            RunError::Helper(status) => status,
+            RunError::RunnerUnavailable(_) => Status::unavailable(message),
+            RunError::Internal(_) => Status::internal(message),
+        }
+    }
+}
