@@ -144,6 +144,15 @@ impl Supervisor {
         })
     }
 
+    /// Blocks until an event `matches` (from the start of the log), or panics after `limit`.
+    pub fn await_event(&self, limit: Duration, matches: impl Fn(&Event) -> bool) -> Event {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let mut client = self.client().await;
+            wait_for_event(&mut client, 0, limit, matches).await
+        })
+    }
+
     /// Waits for the supervisor's `READY=1` to systemd.
     pub fn wait_ready(&self) {
         let mut buf = [0u8; 256];
@@ -261,6 +270,18 @@ pub async fn wait_for_event(
         Ok(Some(event)) => event,
         Ok(None) => panic!("event stream ended before the event arrived"),
         Err(_) => panic!("no matching event within {limit:?}"),
+    }
+}
+
+/// Waits until `done` holds, for at most `limit`, or panics saying `what`: for what
+/// another process does in its own time and announces to no one (an envelope made
+/// ahead, a process gone). What is announced is waited for on the event log instead
+/// ([`wait_for_event`], [`Supervisor::await_event`]).
+pub fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

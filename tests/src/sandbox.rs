@@ -135,14 +135,9 @@ fn inheritable_canary() {
     });
 }
 
-/// Waits until `done` holds, for at most ten seconds: for what another process does in
-/// its own time and announces to no one (an envelope made ahead, a process killed).
-pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "{what}: not within 10 s");
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+/// [`crate::eventually`] with the ten seconds the envelope tests allow.
+pub fn eventually(what: &str, done: impl FnMut() -> bool) {
+    crate::eventually(std::time::Duration::from_secs(10), what, done)
 }
 
 /// What one launch produced.

@@ -68,10 +68,10 @@ fn the_runner_is_enveloped_and_dies_with_a_killed_supervisor() {
     // The runner is reaped by the envelope's init as the namespace goes (bubblewrap,
     // orphaned, is ours to reap): wait until it is gone, with a deadline.
     let reaper = std::thread::spawn(|| while nix::sys::wait::wait().is_ok() {});
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while alive(pid) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(!alive(pid), "the runner (pid {pid}) survived its supervisor");
+    cc_tests::eventually(
+        Duration::from_secs(5),
+        &format!("the runner (pid {pid}) is gone with its supervisor"),
+        || !alive(pid),
+    );
     drop(reaper);
 }

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cc_tests::fs::{make_checkout, snapshot};
 use cc_tests::runs::{assert_refused, fixture, text};
-use cc_tests::{Options, Supervisor, bin};
+use cc_tests::{Options, Supervisor, bin, eventually};
 
 #[test]
 fn file_tools_stay_inside_the_run_and_the_checkout_is_untouched() {
@@ -143,15 +143,10 @@ fn read_only_modes_have_no_mutation_tools_and_deny_mutating_bash() {
     assert!(f.copy().join("made-here").exists());
 }
 
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    done()
+/// Waits for the run's `run_ended` event.
+fn await_end(f: &cc_tests::runs::Fixture, run: &str) {
+    let subject = format!("run:{run}");
+    f.sup.await_event(Duration::from_secs(10), |e| e.kind == "run_ended" && e.subject == subject);
 }
 
 #[test]
@@ -164,10 +159,8 @@ fn a_killed_runner_fails_its_run_and_the_next_run_works() {
     let pid = shown["runner_pid"].as_u64().unwrap() as i32;
     assert!(pid > 0);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
-    assert!(
-        wait_until(Duration::from_secs(10), || f.sup.ccctl_json(&["run", "show", &run])["state"] == "failed"),
-        "the run is marked failed"
-    );
+    await_end(&f, &run);
+    assert_eq!(f.sup.ccctl_json(&["run", "show", &run])["state"], "failed", "the run is marked failed");
     let out = f.tool(&run, &["read", "README.md"]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("is failed"), "{}", text(&out).1);
@@ -234,7 +227,7 @@ fn a_bash_call_takes_its_whole_group_with_it_at_timeout_and_at_run_stop() {
     let out = f.tool(&run, &["bash", "--", line]);
     assert_eq!(out.status.code(), Some(124), "{}", text(&out).1);
     let gone = |marker: &str| processes_mentioning(Path::new(marker)).iter().all(|p| !p.starts_with("sleep"));
-    assert!(wait_until(Duration::from_secs(5), || gone("1000.25")), "{:?}", processes_mentioning(Path::new("1000.25")));
+    eventually(Duration::from_secs(5), "the timed-out command's group is gone", || gone("1000.25"));
 
     let data = f.sup.data_dir.clone();
     let call = std::thread::spawn({
@@ -248,11 +241,11 @@ fn a_bash_call_takes_its_whole_group_with_it_at_timeout_and_at_run_stop() {
                 .unwrap()
         }
     });
-    assert!(wait_until(Duration::from_secs(10), || !gone("1000.5")), "the command started");
+    eventually(Duration::from_secs(10), "the command started", || !gone("1000.5"));
     assert_eq!(f.sup.ccctl_json(&["run", "stop", &run])["state"], "stopped");
     let out = call.join().unwrap();
     assert!(!out.status.success(), "the call ends with the run: {}", text(&out).1);
-    assert!(wait_until(Duration::from_secs(5), || gone("1000.5")), "{:?}", processes_mentioning(Path::new("1000.5")));
+    eventually(Duration::from_secs(5), "the stopped run's command is gone", || gone("1000.5"));
 }
 
 /// The runner starts in the background: a runner that cannot start fails its run, a
@@ -266,10 +259,8 @@ fn a_runner_that_cannot_start_fails_its_run() {
     let err = text(&out).1;
     assert!(err.contains("did not start") || err.contains("is failed"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        wait_until(Duration::from_secs(10), || f.sup.ccctl_json(&["run", "show", &run])["state"] == "failed"),
-        "the run is marked failed"
-    );
+    await_end(&f, &run);
+    assert_eq!(f.sup.ccctl_json(&["run", "show", &run])["state"], "failed", "the run is marked failed");
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
     assert!(shown.to_string().contains("did not start"), "{shown}");
     assert_eq!(f.sup.helper_pids().len(), 3, "the supervisor and its helpers are still up");
@@ -384,4 +375,58 @@ fn a_planted_git_link_refuses_the_next_call_and_is_a_violation_event() {
     assert_eq!(violation["payload"]["attempted"], link.to_str().unwrap(), "{violation}");
     std::fs::remove_file(&link).unwrap();
     assert_eq!(text(&f.tool(&run, &["bash", "--", "echo ran"])).0, "ran\n");
+}
+
+/// A run is STARTING until its runner serves, in `run show`, GetRun and the list
+/// alike, and RUNNING from then on. The runner here is held at the door by a wrapper
+/// that waits on a FIFO the test writes once it has seen STARTING (unwrapped, so that
+/// the wrapper and its FIFO need no place in an envelope).
+#[test]
+fn a_run_is_starting_until_its_runner_serves() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // As root the runner runs as the service user, which must reach the wrapper.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let door = tmp.path().join("door");
+    nix::unistd::mkfifo(&door, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    std::fs::set_permissions(&door, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let wrapper = tmp.path().join("held-runner");
+    let script = format!("#!/bin/sh\nread _ < '{}'\nexec '{}' \"$@\"\n", door.display(), bin("cc-runner").display());
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let checkout = make_checkout(&tmp.path().join("checkout"));
+    let config = format!("runner = \"{}\"\n", wrapper.display());
+    let options = Options { config: Some(config), args: vec!["--sandbox".into(), "off".into()], ..Default::default() };
+    let sup = Supervisor::start_on(&tmp.path().join("data"), options);
+    assert!(sup.ccctl(&["repo", "add", checkout.to_str().unwrap(), "--name", "demo"]).status.success());
+    let out = sup.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"]);
+    let conversation = text(&out).0.trim().to_owned();
+    let out = sup.ccctl(&["run", "start", "--conversation", &conversation]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let run = text(&out).0.trim().to_owned();
+
+    let shown = sup.ccctl_json(&["run", "show", &run]);
+    assert_eq!((shown["state"].as_str(), shown["runner_pid"].as_u64()), (Some("starting"), Some(0)), "{shown}");
+    let listed = sup.ccctl_json(&["run", "list"]);
+    assert_eq!(listed[0]["state"], "starting", "{listed}");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let state = |sup: &Supervisor| {
+        runtime.block_on(async {
+            let request = cc_proto::supervisor::v1::GetRunRequest { run_id: run.clone() };
+            let run = sup.client().await.runs.get_run(request).await.unwrap().into_inner().run.unwrap();
+            cc_proto::supervisor::v1::RunState::try_from(run.state).unwrap()
+        })
+    };
+    assert_eq!(state(&sup), cc_proto::supervisor::v1::RunState::Starting);
+
+    // Open the door: the runner starts, says READY, and the run is running.
+    std::fs::write(&door, "go\n").unwrap();
+    let subject = format!("run:{run}");
+    sup.await_event(Duration::from_secs(10), |e| e.kind == "runner_ready" && e.subject == subject);
+    assert_eq!(state(&sup), cc_proto::supervisor::v1::RunState::Running);
+    let shown = sup.ccctl_json(&["run", "show", &run]);
+    assert_eq!(shown["state"], "running", "{shown}");
+    assert!(shown["runner_pid"].as_u64().unwrap() > 0, "{shown}");
+    assert_eq!(text(&sup.ccctl(&["tool", &run, "read", "README.md"])).0, "# demo\n");
 }

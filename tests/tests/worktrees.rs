@@ -102,6 +102,27 @@ fn ext4_refuses_reflink_leaves_nothing_and_copy_then_works() {
         assert!(err.contains(fix), "{fix}: {err}");
     }
     assert_eq!(err.lines().count(), 1);
+    // A client tells this refusal apart by its reason, not by the message.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let status = runtime.block_on(async {
+        use tokio_stream::StreamExt;
+        let request = cc_proto::supervisor::v1::CreateConversationRequest {
+            workspace_id: String::new(),
+            repository_names: vec!["demo".into()],
+            backend: cc_proto::common::v1::WorktreeBackend::Reflink as i32,
+        };
+        let mut client = sup.client().await;
+        match client.conversations.create_conversation(request).await {
+            Err(status) => status,
+            Ok(stream) => stream.into_inner().filter_map(Result::err).next().await.expect("a refusal"),
+        }
+    });
+    let (reason, metadata) = cc_proto::reasons::reason_of(&status).expect("an ErrorInfo reason");
+    assert_eq!(
+        (status.code(), reason.as_str()),
+        (tonic::Code::FailedPrecondition, cc_proto::reasons::REFLINK_UNSUPPORTED)
+    );
+    assert!(metadata["path"].ends_with("checkout"), "{metadata:?}");
     assert!(dir_entries(&fs.path.join("data/conversations")).is_empty(), "something was left behind");
     assert_eq!(conversation_count(&sup), 0);
 

@@ -155,6 +155,9 @@ impl RunManager {
             egress: false,
         };
         let quiet = action.effects.is_empty() && action.command_line.is_none();
+        // What a denial names when no single effect's own verdict decided (the command
+        // policy or the mode did): the call's first effect.
+        let first_effect = action.effects.first().copied();
         if quiet && self.gate().evaluate(&action, &run.record.workspace).decision == Decision::Allow {
             return Ok(());
         }
@@ -172,6 +175,7 @@ impl RunManager {
             _ => {
                 // The effect whose decision was the verdict's (the first, when several were).
                 let effect = evaluation.effects.iter().find(|v| v.decision == evaluation.decision).map(|v| v.effect);
+                let effect = effect.or(first_effect);
                 Err(RunError::GateDenied {
                     reason: decided.reason,
                     effect: effect.map(|e| e.as_str().to_owned()).unwrap_or_default(),
