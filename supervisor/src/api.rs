@@ -76,7 +76,7 @@ impl SupervisorApi {
 
     /// Asks the helper itself, over its socket and with its secret, who it is.
     async fn check_helper(&self, helper: &Helper, pid: u32) -> Result<HelperStatus, String> {
-        let channel = self.channels.channel_to(helper, pid).await?;
+        let channel = self.channels.channel_to(helper, pid).await.map_err(|e| e.to_string())?;
         let auth = PresentSecret::new(SUPERVISOR_PEER, &helper.secret());
         let call = async {
             let svc = |c: Channel| InterceptedService::new(c, auth.clone());

@@ -30,13 +30,13 @@ impl HelperChannels {
         &self.helpers
     }
 
-    pub async fn channel_to(&self, helper: &Helper, pid: u32) -> Result<Channel, String> {
+    pub async fn channel_to(&self, helper: &Helper, pid: u32) -> Result<Channel, client::ConnectError> {
         if let Some((cached_pid, channel)) = self.cache.lock().ok().and_then(|c| c.get(&helper.kind()).cloned())
             && cached_pid == pid
         {
             return Ok(channel);
         }
-        let channel = client::connect_checked(helper.socket(), Some(pid)).await.map_err(|e| e.to_string())?;
+        let channel = client::connect_checked(helper.socket(), Some(pid)).await?;
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(helper.kind(), (pid, channel.clone()));
         }
@@ -51,7 +51,7 @@ impl HelperChannels {
         };
         let pid =
             helper.snapshot().pid.ok_or_else(|| unavailable("sandboxd is not running; see ccctl helpers".into()))?;
-        let channel = self.channel_to(helper, pid).await.map_err(unavailable)?;
+        let channel = self.channel_to(helper, pid).await.map_err(|e| unavailable(e.to_string()))?;
         Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
     }
 }

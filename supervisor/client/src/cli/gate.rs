@@ -295,7 +295,7 @@ fn show_verdict(v: &pb::Verdict, json: bool) {
     println!("reason: {} [{}]", one_line(&v.reason), v.source);
     for c in &v.commands {
         let via = if c.via.is_empty() { String::new() } else { format!(" (in {})", c.via.join(" > ")) };
-        println!("  {:<5} {}{via}", decision_name(c.decision), one_line(&shell_words(&c.argv)));
+        println!("  {:<5} {}{via}", decision_name(c.decision), super::render::shell_words(&c.argv));
         println!("        classes: {}; effects: {}", c.classes.join(", "), effects(&c.effects).join(", "));
         println!("        {}", one_line(&c.reason));
     }
@@ -308,19 +308,6 @@ fn show_verdict(v: &pb::Verdict, json: bool) {
             one_line(&e.reason)
         );
     }
-}
-
-fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c)) {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn show_policy(p: &pb::GetPolicyResponse, json: bool) {

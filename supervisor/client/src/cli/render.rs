@@ -320,6 +320,11 @@ fn shell_quote(arg: &str) -> String {
     shlex::try_quote(&shown).map(|q| q.into_owned()).unwrap_or(shown)
 }
 
+/// A command's words as a shell line, each quoted as it needs.
+pub fn shell_words(argv: &[String]) -> String {
+    argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ")
+}
+
 pub fn done(message: &str, json: bool) {
     if json {
         return print_json(&json!({ "ok": true, "message": message }));
