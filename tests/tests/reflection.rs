@@ -144,7 +144,10 @@ async fn reflection_v1_lists_the_same_services() {
     // An internal service is not described.
     let internal = next(&mut answers).await;
     assert!(
-        matches!(&internal, Err(_) | Ok(ServerReflectionResponse { message_response: Some(MessageResponse::ErrorResponse(_)), .. })),
+        matches!(
+            &internal,
+            Err(_) | Ok(ServerReflectionResponse { message_response: Some(MessageResponse::ErrorResponse(_)), .. })
+        ),
         "{internal:?}"
     );
 }
