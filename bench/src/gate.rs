@@ -87,6 +87,6 @@ fn round_trip() -> anyhow::Result<()> {
         anyhow::Ok((checks, decides))
     })?;
     report("gate CheckCommand round trip", &stats(checks), Duration::from_millis(1));
-    report("gate Decide round trip (allow, event recorded)", &stats(decides), Duration::from_millis(1));
+    report("gate DecideAction round trip (allow, event recorded)", &stats(decides), Duration::from_millis(1));
     Ok(())
 }

@@ -18,19 +18,21 @@ pub const LINK_IN_ROOT: &str = "LINK_IN_ROOT";
 /// A tool call named a path outside the run's roots, or one its tools must not write
 /// (the runner's confinement): nothing was touched.
 pub const CONFINEMENT_REFUSED: &str = "CONFINEMENT_REFUSED";
-/// The gate denied a tool call (metadata `effect`, `source`: the rule's `file:line`,
-/// "default", "command policy" or "mode"); nothing was done.
+/// The gate denied a tool call (metadata `effect`; `source`: the rule's `file:line`,
+/// "default", "command policy" or "mode"; `decided_by`: "policy" or the approver who
+/// refused); nothing was done.
 pub const GATE_DENIED: &str = "GATE_DENIED";
 /// The gate would have asked a person, but no approver was connected, or none answered
-/// in time (metadata `question_id` when asked): denied, nothing was done.
+/// in time: denied, nothing was done.
 pub const NO_APPROVER: &str = "NO_APPROVER";
 /// No run has this id (metadata `run_id`).
 pub const RUN_NOT_FOUND: &str = "RUN_NOT_FOUND";
-/// The run exists but is over (metadata `run_id`, `state`): start a new one.
+/// The run exists but is over, or ended while the call was made (metadata `run_id`, and
+/// `state` when the supervisor answers): start a new one.
 pub const RUN_ENDED: &str = "RUN_ENDED";
 /// No conversation has this id (metadata `conversation_id`).
 pub const CONVERSATION_NOT_FOUND: &str = "CONVERSATION_NOT_FOUND";
-/// No repository of that name is registered in the workspace (metadata `workspace_id`, `name`).
+/// No repository of that name is registered in the workspace (metadata `name`).
 pub const REPOSITORY_NOT_FOUND: &str = "REPOSITORY_NOT_FOUND";
 /// No workspace has this name (metadata `workspace_id`).
 pub const WORKSPACE_NOT_FOUND: &str = "WORKSPACE_NOT_FOUND";
@@ -42,12 +44,13 @@ pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
 /// cannot be made (metadata `path`); choose `copy`, or put the data directory on btrfs or xfs.
 pub const REFLINK_UNSUPPORTED: &str = "REFLINK_UNSUPPORTED";
 /// What was asked for needs something this host or build does not have (metadata
-/// `backend`: e.g. `egress` for `--network on`, `adapter` for an unknown adapter).
+/// `backend`: `egress` for `--network on` until the egress proxy exists).
 pub const BACKEND_UNAVAILABLE: &str = "BACKEND_UNAVAILABLE";
 /// No helper has this name (metadata `name`).
 pub const HELPER_NOT_FOUND: &str = "HELPER_NOT_FOUND";
-/// A helper the call needs is not serving (metadata `helper`): it is being restarted,
-/// or failed; retry, or see `ccctl status`.
+/// A helper the call needs is not serving, or has lost the run (metadata `helper`:
+/// `sandboxd`, `broker`, `gateway` or `runner`): it is being restarted, or failed;
+/// retry, or see `ccctl status`.
 pub const HELPER_UNAVAILABLE: &str = "HELPER_UNAVAILABLE";
 
 /// Every reason, for the README's list and its test.

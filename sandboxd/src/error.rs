@@ -38,8 +38,11 @@ impl From<LaunchError> for Status {
     fn from(e: LaunchError) -> Status {
         let message = e.to_string();
         match e {
-            LaunchError::RunNotFound(run_id) | LaunchError::RunEnded(run_id) => {
+            LaunchError::RunNotFound(run_id) => {
                 reasons::refusal(Code::NotFound, message, reasons::RUN_NOT_FOUND, &[("run_id", short(&run_id))])
+            }
+            LaunchError::RunEnded(run_id) => {
+                reasons::refusal(Code::NotFound, message, reasons::RUN_ENDED, &[("run_id", short(&run_id))])
             }
             LaunchError::BadRequest(_) | LaunchError::BadPolicy(_) => Status::invalid_argument(message),
             LaunchError::LinkInRoot { path, .. } => reasons::refusal(

@@ -185,9 +185,12 @@ impl Launcher {
         &self.data_dir
     }
 
-    fn prepare(&self, run_id: &str, kind: Kind, argv: &[Vec<u8>]) -> Result<Prepared, LaunchError> {
+    /// The run's policy first (an unknown run is that, whatever else is wrong), then
+    /// the request's kind and argv.
+    fn prepare(&self, run_id: &str, kind: i32, argv: &[Vec<u8>]) -> Result<Prepared, LaunchError> {
         let policy = self.runs.policy(run_id).ok_or_else(|| LaunchError::RunNotFound(run_id.to_owned()))?;
         policy.verify().map_err(LaunchError::RootChanged)?;
+        let kind = kind_of(kind)?;
         let bad = |why: &str| Err(LaunchError::BadRequest(why.to_owned()));
         if kind != Kind::Runner && (argv.is_empty() || argv[0].is_empty()) {
             return bad("argv is empty");
@@ -290,9 +293,8 @@ impl Launcher {
         if by_descriptor { envelope.bwrap_command() } else { envelope.bwrap_command_by_path() }
     }
 
-    /// The envelope of a launch of `kind`, every bind by path (to be pasted); RUNNER is
-    /// refused by the caller's conversion of the kind.
-    pub fn explain(&self, run_id: &str, kind: Kind, argv: &[Vec<u8>]) -> Result<pb::Envelope, LaunchError> {
+    /// The envelope of a launch of `kind`, every bind by path (to be pasted).
+    pub fn explain(&self, run_id: &str, kind: i32, argv: &[Vec<u8>]) -> Result<pb::Envelope, LaunchError> {
         let p = self.prepare(run_id, kind, argv)?;
         let argv = match self.probe.backend {
             Backend::Native => self.full_argv(&p, false, &self.runner)?,
@@ -317,7 +319,7 @@ impl Launcher {
     /// paths inside the roots bound by descriptors that the supervisor opens. Its
     /// vectors are created as for a launch, because this argv is run.
     pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::Envelope, LaunchError> {
-        let p = self.prepare(run_id, Kind::Runner, &[])?;
+        let p = self.prepare(run_id, EnvelopeKind::Runner as i32, &[])?;
         // On macOS the runner starts unwrapped: the supervisor's check that the socket
         // is served from inside the envelope walks /proc, which macOS does not have.
         #[cfg(target_os = "linux")]
@@ -347,19 +349,16 @@ impl Launcher {
         self: Arc<Self>,
         request: pb::LaunchRequest,
     ) -> Result<ReceiverStream<Result<pb::LaunchResponse, Status>>, LaunchError> {
-        let kind = match kind_of(request.kind)? {
-            Kind::Runner => {
-                return Err(LaunchError::BadRequest(
-                    "the runner kind is not launched: the supervisor starts it from GetRunnerEnvelope".to_owned(),
-                ));
-            }
-            kind => kind,
-        };
+        if request.kind == EnvelopeKind::Runner as i32 {
+            return Err(LaunchError::BadRequest(
+                "the runner kind is not launched: the supervisor starts it from GetRunnerEnvelope".to_owned(),
+            ));
+        }
         let (p, wrapping) = {
             let this = self.clone();
             let r = request.clone();
             tokio::task::spawn_blocking(move || {
-                let p = this.prepare(&r.run_id, kind, &r.argv)?;
+                let p = this.prepare(&r.run_id, r.kind, &r.argv)?;
                 let wrapping = this.wrapping(&p)?;
                 Ok::<_, LaunchError>((p, wrapping))
             })
@@ -520,7 +519,7 @@ impl Launcher {
             let run_id = run_id.clone();
             tokio::task::spawn_blocking(move || {
                 // Any command: only the envelope and our init's options are used.
-                let p = this.prepare(&run_id, kind, &[b"true".to_vec()])?;
+                let p = this.prepare(&run_id, wire_kind(kind) as i32, &[b"true".to_vec()])?;
                 let wrapping = this.wrapping(&p)?;
                 Ok::<_, LaunchError>((p, wrapping))
             })
@@ -537,6 +536,15 @@ impl Launcher {
             Ok(started) => drop(sender.send(Warm::new(key, started))),
             Err(e) => tracing::debug!(run = %crate::short(&run_id), error = %e, "cannot make the next envelope"),
         }
+    }
+}
+
+/// The wire's name for a kind.
+fn wire_kind(kind: Kind) -> EnvelopeKind {
+    match kind {
+        Kind::Overlay => EnvelopeKind::Overlay,
+        Kind::HarnessBash => EnvelopeKind::HarnessBash,
+        Kind::Runner => EnvelopeKind::Runner,
     }
 }
 

@@ -36,7 +36,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::error::LaunchError;
-use crate::launch::{Launcher, Runs, kind_of};
+use crate::launch::{Launcher, Runs};
 use crate::policy::RunPolicy;
 use crate::probe::{Backend, SandboxChoice};
 
@@ -151,10 +151,6 @@ impl Sandboxd for SandboxdService {
         request: Request<pb::ExplainEnvelopeRequest>,
     ) -> Result<Response<pb::ExplainEnvelopeResponse>, Status> {
         let pb::ExplainEnvelopeRequest { run_id, kind, argv } = request.into_inner();
-        let kind = kind_of(kind)?;
-        if kind == bwrap::Kind::Runner {
-            return Err(LaunchError::BadRequest("the runner's envelope is GetRunnerEnvelope's".to_owned()).into());
-        }
         let envelope = self.launcher.explain(&run_id, kind, &argv)?;
         Ok(Response::new(pb::ExplainEnvelopeResponse { envelope: Some(envelope) }))
     }

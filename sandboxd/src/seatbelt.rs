@@ -77,19 +77,17 @@ pub const LOG_STREAM_ARGS: &[&str] =
     &["stream", "--style", "syslog", "--level", "info", "--predicate", "sender == \"Sandbox\""];
 
 #[cfg(target_os = "macos")]
-pub use live::{DenialFeed, probe};
+pub use live::DenialFeed;
 
 #[cfg(target_os = "macos")]
 mod live {
-    use std::path::PathBuf;
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
 
     use cc_proto::sandboxd::v1 as pb;
     use tokio::io::AsyncBufReadExt;
     use tokio::sync::{broadcast, mpsc};
     use tonic::Status;
 
-    use crate::probe::{Backend, ProbeResult};
     use crate::seatbelt_log::{self, Denial};
     use crate::violations::Deduplicator;
 
@@ -146,7 +144,8 @@ mod live {
                     let ours = nix::unistd::getpgid(Some(pid)).is_ok_and(|g| g.as_raw() as u32 == group);
                     let violation = seatbelt_log::to_violation(&denial, &line);
                     if ours && dedup.admit(&violation) {
-                        let event = pb::LaunchResponse { event: Some(pb::launch_event::Event::Violation(violation)) };
+                        let event =
+                            pb::LaunchResponse { event: Some(pb::launch_response::Event::Violation(violation)) };
                         if events.send(Ok(event)).await.is_err() {
                             return;
                         }

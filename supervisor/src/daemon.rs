@@ -218,7 +218,14 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let runs_service = RunsServer::new(RunsService::new(runs.clone())).max_decoding_message_size(max);
     let gate_service = GateServer::new(GateService::new(gate)).max_decoding_message_size(max);
     let (health_reporter, health) = tonic_health::server::health_reporter();
+    // Every service reports SERVING by its own name, and "" for the server as a whole.
     health_reporter.set_serving::<SystemServer<SupervisorApi>>().await;
+    health_reporter.set_serving::<WorkspacesServer<SupervisorApi>>().await;
+    health_reporter.set_serving::<RepositoriesServer<SupervisorApi>>().await;
+    health_reporter.set_serving::<ConversationsServer<SupervisorApi>>().await;
+    health_reporter.set_serving::<SandboxServer<SupervisorApi>>().await;
+    health_reporter.set_serving::<RunsServer<RunsService>>().await;
+    health_reporter.set_serving::<GateServer<GateService>>().await;
     // What reflection lists: exactly what this socket serves.
     let served = [
         SystemServer::<SupervisorApi>::NAME,

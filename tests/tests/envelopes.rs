@@ -453,7 +453,7 @@ async fn bad_requests_are_refused_and_unregister_kills() {
         (0, vec![b"true".to_vec()]),
         (BASH as i32, vec![]),
         (BASH as i32, vec![b"a\0b".to_vec()]),
-        // The runner kind is started by the supervisor from RunnerEnvelope, never launched.
+        // The runner kind is started by the supervisor from GetRunnerEnvelope, never launched.
         (cc_proto::common::v1::EnvelopeKind::Runner as i32, vec![b"sh".to_vec()]),
     ] {
         let err = client.launch(launch("r1", kind, argv)).await.unwrap_err();

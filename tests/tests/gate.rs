@@ -128,7 +128,7 @@ async fn an_approver_answers_allow_and_deny_and_is_named_in_the_decision() {
         let asking = spawn_decide(&sup, "pip install x");
         let q = approver.question().await;
         assert_eq!(q.action.as_ref().unwrap().summary, "pip install x");
-        assert!(cc_proto::time::unix_ms(q.deadline.as_ref()) > cc_proto::time::unix_ms(q.ask_time.as_ref()));
+        assert!(cc_proto::time::unix_ms(q.expire_time.as_ref()) > cc_proto::time::unix_ms(q.ask_time.as_ref()));
         approver.answer(&q.question_id, answer).await;
         let reply = asking.await.unwrap();
         assert_eq!(reply.decision, want as i32, "{reply:?}");

@@ -128,7 +128,7 @@ impl Approvals {
     /// withdrawn.
     pub async fn ask(&self, mut question: ApprovalQuestion) -> Outcome {
         let asked = unix_ms(question.ask_time.as_ref());
-        question.deadline = Some(timestamp(asked.saturating_add(self.timeout.as_millis() as i64)));
+        question.expire_time = Some(timestamp(asked.saturating_add(self.timeout.as_millis() as i64)));
         let id = question.question_id.clone();
         let (tx, rx) = oneshot::channel();
         {

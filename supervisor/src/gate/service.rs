@@ -92,8 +92,8 @@ impl GateRpc for GateService {
             .into_iter()
             .flat_map(|set| set.rules.iter())
             .map(|r| pb::PolicyRule {
-                effect: r.effect.to_string(),
-                decision: r.decision.to_string(),
+                effect: wire::effect(r.effect) as i32,
+                decision: wire::decision(r.decision) as i32,
                 reason: r.reason.clone().unwrap_or_default(),
                 scope: r.scopes().into_iter().map(|(key, value)| pb::ScopeEntry { key: key.into(), value }).collect(),
                 source: r.source.clone(),
@@ -103,7 +103,11 @@ impl GateRpc for GateService {
             .iter()
             .map(|e| {
                 let (decision, description) = default_summary(*e);
-                pb::DefaultDecision { effect: e.to_string(), decision: decision.to_string(), description }
+                pb::DefaultDecision {
+                    effect: wire::effect(*e) as i32,
+                    decision: wire::decision(decision) as i32,
+                    description,
+                }
             })
             .collect();
         Ok(Response::new(pb::GetPolicyResponse {

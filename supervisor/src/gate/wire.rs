@@ -91,7 +91,7 @@ pub fn request_from(action: Option<pb::Action>) -> Result<Request, Status> {
         command_line: (!a.command_line.is_empty()).then_some(a.command_line),
         egress: a.egress,
         scope: Scope {
-            repo: (!scope.repo.is_empty()).then_some(scope.repo),
+            repo: (!scope.repository_name.is_empty()).then_some(scope.repository_name),
             refs: scope.refs,
             refs_unknown: scope.refs_unknown,
             paths: scope.paths,
@@ -107,7 +107,7 @@ pub fn action(request: &Request) -> pb::Action {
     pb::Action {
         effects: a.effects.iter().map(|e| effect(*e) as i32).collect(),
         scope: Some(pb::ActionScope {
-            repo: a.scope.repo.clone().unwrap_or_default(),
+            repository_name: a.scope.repo.clone().unwrap_or_default(),
             refs: a.scope.refs.clone(),
             refs_unknown: a.scope.refs_unknown,
             paths: a.scope.paths.clone(),
@@ -167,6 +167,6 @@ pub fn question(request: &Request, evaluation: &Evaluation) -> pb::ApprovalQuest
         verdict: Some(verdict(evaluation)),
         ask_time: Some(cc_proto::time::timestamp(cc_proto::helper::unix_ms(std::time::SystemTime::now()))),
         // Set when the question is put (Approvals::ask), from the configured timeout.
-        deadline: None,
+        expire_time: None,
     }
 }

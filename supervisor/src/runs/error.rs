@@ -35,8 +35,12 @@ pub enum RunError {
     /// carries its reason already (`LINK_IN_ROOT`, `CONFINEMENT_REFUSED`, …).
     #[error("{}", .0.message())]
     Helper(Status),
+    /// The run's runner did not start, or does not answer.
     #[error("{0}")]
     RunnerUnavailable(String),
+    /// sandboxd does not know a run the supervisor has live: it restarted since.
+    #[error("sandboxd has lost run {}'s registration (it restarted since the run started); start a new run", .0.shown())]
+    Unregistered(RunId),
     #[error("{0}")]
     Precondition(String),
     #[error("{0}")]
@@ -91,7 +95,18 @@ impl From<RunError> for Status {
             RunError::NoApprover(_) => reasons::refusal(Code::PermissionDenied, message, reasons::NO_APPROVER, &[]),
             RunError::Conversation(e) => Status::from(e),
             RunError::Helper(status) => status,
-            RunError::RunnerUnavailable(_) => Status::unavailable(message),
+            RunError::RunnerUnavailable(_) => reasons::refusal(
+                Code::Unavailable,
+                message,
+                reasons::HELPER_UNAVAILABLE,
+                &[("helper", "runner".to_owned())],
+            ),
+            RunError::Unregistered(_) => reasons::refusal(
+                Code::Unavailable,
+                message,
+                reasons::HELPER_UNAVAILABLE,
+                &[("helper", "sandboxd".to_owned())],
+            ),
             RunError::Internal(_) => Status::internal(message),
         }
     }

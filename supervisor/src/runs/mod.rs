@@ -1,10 +1,11 @@
 //! Runs: one agent execution in a conversation (DESIGN.md §2, §10).
 //!
 //! Starting a run, in order: the conversation's paths are resolved and the agent's
-//! directories made; the run's policy is registered with sandboxd; the run's runner is
+//! directories made; the run's policy is registered with sandboxd; the row is written
+//! (`starting`) and `run_started` recorded; then, in the background, the run's runner is
 //! started (the helper handshake: HELLO, bootstrap with its roots and a secret of its
-//! own, READY) and reached only at its pid; then the row and `run_started`. A failure at
-//! any step undoes the steps before it.
+//! own, READY) and reached only at its pid, and the run is `running`. A failure before
+//! the row undoes the steps before it; a runner that does not start fails the run.
 //!
 //! One task per run owns the runner process and waits on it: a runner that exits on its
 //! own fails the run; a stop request kills it. Either way [`RunManager::finish`]
@@ -67,8 +68,15 @@ pub struct StartRequest {
 #[derive(Clone)]
 pub enum RunnerSlot {
     Starting,
-    Ready { client: Box<RunnerClientWithSecret>, pid: u32 },
-    Failed(String),
+    Ready {
+        client: Box<RunnerClientWithSecret>,
+        pid: u32,
+    },
+    /// It will not serve: the run is ending in `ending`.
+    Failed {
+        why: String,
+        ending: RunState,
+    },
 }
 
 /// A live run: its row as it was at start, and its runner slot, which says where in
@@ -97,8 +105,7 @@ impl LiveRun {
         match &*self.runner.borrow() {
             RunnerSlot::Starting => RunState::Starting,
             RunnerSlot::Ready { .. } => RunState::Running,
-            // Ending: the row is about to say how.
-            RunnerSlot::Failed(_) => self.record.state,
+            RunnerSlot::Failed { ending, .. } => *ending,
         }
     }
 
@@ -114,7 +121,7 @@ impl LiveRun {
         let ready = slot.wait_for(|s| !matches!(s, RunnerSlot::Starting)).await;
         match ready.map(|s| s.clone()) {
             Ok(RunnerSlot::Ready { client, .. }) => Ok(*client),
-            Ok(RunnerSlot::Failed(why)) => {
+            Ok(RunnerSlot::Failed { why, .. }) => {
                 Err(RunError::RunnerUnavailable(format!("the run's runner did not start: {why}")))
             }
             _ => Err(RunError::RunnerUnavailable("the run's runner did not start".into())),
@@ -488,7 +495,8 @@ impl RunManager {
                 // Stopped while its runner starts: dropping the start kills the process
                 // (kill_on_drop), and the run ends now rather than once the runner is up.
                 request = &mut stop_rx => {
-                    let _ = slot_tx.send(RunnerSlot::Failed("the run was stopped".into()));
+                    let ending = RunState::Stopped;
+                    let _ = slot_tx.send(RunnerSlot::Failed { why: "the run was stopped".into(), ending });
                     let (reason, done) = stop_reason(request);
                     this.finish(&run_id, RunState::Stopped, &reason).await;
                     answer(done);
@@ -509,7 +517,7 @@ impl RunManager {
                 }
                 Err(error) => {
                     let why = error.to_string();
-                    let _ = slot_tx.send(RunnerSlot::Failed(why.clone()));
+                    let _ = slot_tx.send(RunnerSlot::Failed { why: why.clone(), ending: RunState::Failed });
                     this.finish(&run_id, RunState::Failed, &format!("its runner did not start: {why}")).await;
                 }
             }
@@ -612,9 +620,15 @@ impl RunManager {
         answer(done);
     }
 
+    /// Ends a run: its row first, then it leaves the live map, so that no one ever reads
+    /// a row that says live for a run that is gone from the map; then sandboxd kills what
+    /// is left of it, and `run_ended` is recorded.
     async fn finish(&self, run_id: &RunId, state: RunState, reason: &str) {
-        let live = self.lock().remove(run_id);
         let id = run_id.as_str();
+        if let Err(e) = self.env.store.end_run(id, state, now(), reason) {
+            tracing::error!(run = id, error = %e, "cannot record the end of a run");
+        }
+        let live = self.lock().remove(run_id);
         // sandboxd kills whatever of the run still runs (bash calls and their children).
         let killed = match self.env.channels.sandboxd().await {
             Ok(mut sandboxd) => sandboxd
@@ -626,9 +640,6 @@ impl RunManager {
         };
         if let Some(live) = &live {
             cc_proto::socket::remove_socket(&runner_socket(&self.env.data, &live.record.conversation, run_id));
-        }
-        if let Err(e) = self.env.store.end_run(id, state, now(), reason) {
-            tracing::error!(run = id, error = %e, "cannot record the end of a run");
         }
         self.env.events.record(
             "run_ended",

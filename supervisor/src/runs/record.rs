@@ -70,6 +70,13 @@ pub struct RunRecord {
 const COLUMNS: &str = "id, conversation, workspace, agent, mode, adapter, network, state, work_dir, \
                        started_unix_ms, ended_unix_ms, end_reason";
 
+/// The states a run may be in to become `next`, as an SQL list of our own constants.
+fn states_before(next: RunState) -> String {
+    let all = [RunState::Starting, RunState::Running, RunState::Stopped, RunState::Failed];
+    let from: Vec<String> = all.iter().filter(|s| s.may_become(next)).map(|s| format!("'{}'", s.as_str())).collect();
+    if from.is_empty() { "NULL".to_owned() } else { from.join(", ") }
+}
+
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let mode: String = r.get(4)?;
     let state: String = r.get(7)?;
@@ -113,16 +120,21 @@ impl Store {
         Ok(())
     }
 
+    /// Moves a run to `state`, if its state machine allows it from where the row is;
+    /// a row elsewhere (already ended) is left as it is.
     pub fn set_run_state(&self, id: &str, state: RunState) -> Result<(), StoreError> {
-        self.conn()?.execute("UPDATE runs SET state = ?2 WHERE id = ?1", params![id, state.as_str()])?;
+        let sql = format!("UPDATE runs SET state = ?2 WHERE id = ?1 AND state IN ({})", states_before(state));
+        self.conn()?.execute(&sql, params![id, state.as_str()])?;
         Ok(())
     }
 
+    /// Ends a live run (see [`Store::set_run_state`]): an ended run keeps its end.
     pub fn end_run(&self, id: &str, state: RunState, ended_unix_ms: i64, reason: &str) -> Result<(), StoreError> {
-        self.conn()?.execute(
-            "UPDATE runs SET state = ?2, ended_unix_ms = ?3, end_reason = ?4 WHERE id = ?1",
-            params![id, state.as_str(), ended_unix_ms, reason],
-        )?;
+        let sql = format!(
+            "UPDATE runs SET state = ?2, ended_unix_ms = ?3, end_reason = ?4 WHERE id = ?1 AND state IN ({})",
+            states_before(state)
+        );
+        self.conn()?.execute(&sql, params![id, state.as_str(), ended_unix_ms, reason])?;
         Ok(())
     }
 
@@ -184,6 +196,10 @@ mod tests {
             (ended.state, ended.ended_unix_ms, ended.end_reason.as_deref()),
             (RunState::Failed, Some(9), Some("runner exited"))
         );
+        // An ended run stays as it ended: the state machine only goes forward.
+        store.end_run("r1", RunState::Stopped, 10, "stopped on request").unwrap();
+        store.set_run_state("r1", RunState::Running).unwrap();
+        assert_eq!(store.run("r1").unwrap().unwrap(), ended);
         assert_eq!(store.runs(Some("c1")).unwrap().len(), 1);
         assert_eq!(store.runs(Some("c2")).unwrap().len(), 0);
         assert!(store.run("nope").unwrap().is_none());

@@ -98,6 +98,9 @@ impl Runs for RunsService {
 
     async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
         let r = request.into_inner();
+        if r.tool.is_none() {
+            return Err(Status::invalid_argument("the request has no call"));
+        }
         Ok(Response::new(self.manager.call_tool(&RunId::from_wire(r.run_id), r.tool).await?))
     }
 }

@@ -136,7 +136,29 @@ fn one(event: Event) -> Events {
     ReceiverStream::new(rx)
 }
 
+/// sandboxd's answer that it has no such run, or that the run ended as it launched.
+fn sandboxd_lost_or_ended(status: &Status) -> bool {
+    use cc_proto::reasons::{RUN_ENDED, RUN_NOT_FOUND, reason_of};
+    reason_of(status).is_some_and(|(reason, _)| reason == RUN_NOT_FOUND || reason == RUN_ENDED)
+}
+
 impl RunManager {
+    /// Why sandboxd no longer has a run the call found live, as the run's own state
+    /// says it: over (its row has ended, or is ending), or lost by a sandboxd that
+    /// restarted since the run started.
+    fn gone_from_sandboxd(&self, run: &LiveRun, status: &Status) -> RunError {
+        let ended = |state, reason| RunError::Ended { run_id: run.run_id.clone(), state, reason };
+        match self.env.store.run(run.run_id.as_str()) {
+            Ok(Some(row)) if !row.state.is_live() => {
+                ended(row.state, row.end_reason.unwrap_or_else(|| "no reason recorded".into()))
+            }
+            _ if cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == cc_proto::reasons::RUN_ENDED) => {
+                ended(run.state(), "it is ending".into())
+            }
+            _ => RunError::Unregistered(run.run_id.clone()),
+        }
+    }
+
     /// Asks the gate; `Ok` only for an allow. A tool with no effect classes (the
     /// read-only ones) is evaluated without an event when allowed, so a thousand reads
     /// do not write a thousand rows; every other decision is recorded by the gate.
@@ -243,6 +265,9 @@ impl RunManager {
         let subject = format!("run:{}", run.record.id);
         let mut launched = match sandboxd.launch(request).await {
             Ok(launched) => launched.into_inner(),
+            // sandboxd knows no such run, or it ended as the launch was made: the run
+            // ended meanwhile, or sandboxd lost it (it restarted).
+            Err(status) if sandboxd_lost_or_ended(&status) => return Err(self.gone_from_sandboxd(run, &status)),
             Err(status) => {
                 // A link planted where sandboxd would have had to follow it: the agent's
                 // doing, and a violation the run's events must show.

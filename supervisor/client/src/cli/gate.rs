@@ -242,7 +242,7 @@ fn question_json(q: &pb::ApprovalQuestion) -> Value {
         "command_line": a.command_line,
         "effects": effects(&a.effects),
         "reason": q.verdict.as_ref().map(|v| v.reason.clone()),
-        "deadline_unix_ms": cc_proto::time::unix_ms(q.deadline.as_ref()),
+        "deadline_unix_ms": cc_proto::time::unix_ms(q.expire_time.as_ref()),
     })
 }
 
@@ -317,13 +317,15 @@ fn show_policy(p: &pb::GetPolicyResponse, json: bool) {
             .iter()
             .map(|r| {
                 let scope: serde_json::Map<String, Value> = r.scope.iter().map(|s| (s.key.clone(), json!(s.value))).collect();
-                json!({ "effect": r.effect, "decision": r.decision, "reason": r.reason, "scope": scope, "source": r.source })
+                json!({ "effect": effects(&[r.effect])[0], "decision": decision_name(r.decision), "reason": r.reason, "scope": scope, "source": r.source })
             })
             .collect();
         let defaults: Vec<Value> = p
             .defaults
             .iter()
-            .map(|d| json!({ "effect": d.effect, "decision": d.decision, "description": d.description }))
+            .map(|d| {
+                json!({ "effect": effects(&[d.effect])[0], "decision": decision_name(d.decision), "description": d.description })
+            })
             .collect();
         println!("{}", json!({ "rules": rules, "defaults": defaults, "approval_timeout_ms": p.approval_timeout_ms }));
         return;
@@ -336,11 +338,12 @@ fn show_policy(p: &pb::GetPolicyResponse, json: bool) {
     for r in &p.rules {
         let scope: Vec<String> = r.scope.iter().map(|s| format!("{}={}", s.key, s.value)).collect();
         let reason = if r.reason.is_empty() { String::new() } else { format!(" — {}", r.reason) };
-        println!("  {:<5} {:<24} {:<28} {}{reason}", r.decision, r.effect, scope.join(" "), r.source);
+        let (decision, effect) = (decision_name(r.decision), &effects(&[r.effect])[0]);
+        println!("  {decision:<5} {effect:<24} {:<28} {}{reason}", scope.join(" "), r.source);
     }
     println!("defaults (when no rule matches):");
     for d in &p.defaults {
-        println!("  {:<5} {:<24} {}", d.decision, d.effect, d.description);
+        println!("  {:<5} {:<24} {}", decision_name(d.decision), effects(&[d.effect])[0], d.description);
     }
     println!("an unanswered question is denied after {} ms", p.approval_timeout_ms);
 }

@@ -571,6 +571,10 @@ async fn wait_for_serving(
 
 /// A status from the supervisor, as one line.
 pub(crate) fn rpc_error(status: tonic::Status) -> anyhow::Error {
+    // A refusal of ours says what it is; only a bare transport failure is the connection.
+    if crate::refusal::reason(&status).is_some() {
+        return anyhow!("{}", status.message());
+    }
     match status.code() {
         tonic::Code::Unavailable if status.message().contains("transport") || status.message().is_empty() => {
             anyhow!("the supervisor closed the connection ({})", status.message())

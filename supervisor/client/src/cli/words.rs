@@ -34,9 +34,13 @@ pub fn envelope_kind(word: &str) -> EnvelopeKind {
     }
 }
 
-/// The sandbox backend: "native" or "none".
+/// The sandbox backend: "native", "none", or "unknown" (a value of a newer supervisor).
 pub fn sandbox_backend_name(value: i32) -> &'static str {
-    if value == SandboxBackend::Native as i32 { "native" } else { "none" }
+    match SandboxBackend::try_from(value) {
+        Ok(SandboxBackend::Native) => "native",
+        Ok(SandboxBackend::None) => "none",
+        _ => "unknown",
+    }
 }
 
 /// How a launch ran: "native" (in its envelope) or "unwrapped".
