@@ -28,8 +28,10 @@ const TRASH_PREFIX: &str = ".trash-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConversationError {
-    #[error("{0}")]
-    InvalidName(String),
+    #[error(transparent)]
+    InvalidName(#[from] crate::names::NameError),
+    #[error(transparent)]
+    Id(#[from] crate::ids::MintError),
     #[error("{0}")]
     InvalidPath(String),
     #[error(transparent)]
@@ -219,7 +221,7 @@ impl Conversations {
             progress(ProvisionEvent::Warning(worktree::GIT_WORKTREE_WARNING.into()));
         }
 
-        let id = new_id().map_err(|e| ConversationError::InvalidName(e.to_string()))?;
+        let id = new_id()?;
         let conversations = self.data.conversations_dir();
         fs::create_dir_all(&conversations).map_err(io_err("create", &conversations))?;
         let dir = self.data.conversation_dir(&id);

@@ -118,7 +118,7 @@ impl From<ConversationError> for Status {
                 &[("path", checkout.to_string_lossy().into_owned())],
             ),
             ConversationError::Provision { .. } => Status::failed_precondition(message),
-            ConversationError::Io { .. } => Status::internal(message),
+            ConversationError::Io { .. } | ConversationError::Id(_) => Status::internal(message),
         }
     }
 }

@@ -1,17 +1,28 @@
 //! Names that become path components (workspaces, repositories, agents): a short,
 //! boring alphabet, so that no name can climb out of its directory or hide in a listing.
 
+/// Why a name is refused, in one line that shows it escaped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("{kind} name {shown:?} must be 1 to 64 characters")]
+    Length { kind: &'static str, shown: String },
+    #[error("{kind} name {shown:?} may not start with '.' or '-'")]
+    Start { kind: &'static str, shown: String },
+    #[error("{kind} name {shown:?} may contain only letters, digits, '.', '_' and '-'")]
+    Alphabet { kind: &'static str, shown: String },
+}
+
 /// `[A-Za-z0-9._-]{1,64}`, not starting with `.` or `-`.
-pub fn check(kind: &str, name: &str) -> Result<(), String> {
+pub fn check(kind: &'static str, name: &str) -> Result<(), NameError> {
     let shown: String = name.chars().take(64).flat_map(char::escape_default).collect();
     if name.is_empty() || name.len() > 64 {
-        return Err(format!("{kind} name {shown:?} must be 1 to 64 characters"));
+        return Err(NameError::Length { kind, shown });
     }
     if name.starts_with('.') || name.starts_with('-') {
-        return Err(format!("{kind} name {shown:?} may not start with '.' or '-'"));
+        return Err(NameError::Start { kind, shown });
     }
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
-        return Err(format!("{kind} name {shown:?} may contain only letters, digits, '.', '_' and '-'"));
+        return Err(NameError::Alphabet { kind, shown });
     }
     Ok(())
 }
@@ -31,7 +42,7 @@ mod tests {
     fn refuses_anything_path_like() {
         for bad in ["", ".", "..", ".git", "-rf", "a/b", "a\\b", "a b", "a\0b", "ü", "a\nb", &"x".repeat(65), "~", "*"]
         {
-            let err = check("repo", bad).unwrap_err();
+            let err = check("repo", bad).unwrap_err().to_string();
             assert!(!err.contains('\n') && !err.contains('\0'), "{err:?}");
         }
     }

@@ -14,6 +14,15 @@ use cc_proto::time::{timestamp, unix_ms};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
+/// Why an approver's answer changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("an answer is allow or deny")]
+    NotAnAnswer,
+    #[error("this approver is no longer registered")]
+    NotRegistered,
+}
+
 /// How an ask ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -103,13 +112,13 @@ impl Approvals {
 
     /// An approver's answer. The first answer to a question decides it; everyone is
     /// told. An answer to a question already decided (or unknown) changes nothing.
-    pub fn answer(&self, approver: u64, question_id: &str, decision: Decision, note: &str) -> Result<(), String> {
+    pub fn answer(&self, approver: u64, question_id: &str, decision: Decision, note: &str) -> Result<(), AnswerError> {
         if decision == Decision::Ask {
-            return Err("an answer is allow or deny".into());
+            return Err(AnswerError::NotAnAnswer);
         }
         let mut inner = self.lock();
         let Some(name) = inner.approvers.get(&approver).map(|a| a.name.clone()) else {
-            return Err("this approver is no longer registered".into());
+            return Err(AnswerError::NotRegistered);
         };
         let Some(pending) = inner.pending.remove(question_id) else { return Ok(()) };
         let reason = if note.is_empty() {

@@ -158,9 +158,9 @@ impl GateRpc for GateService {
             // The approver is registered for as long as its stream of answers lasts.
             while let Some(next) = answers.next().await {
                 let Ok(answer) = next else { break };
-                let outcome = wire::decision_from(answer.decision)
-                    .map_err(|e| e.message().to_owned())
-                    .and_then(|d| gate.approvals.answer(id, &answer.question_id, d, &answer.note));
+                let outcome = wire::decision_from(answer.decision).map_err(|e| e.message().to_owned()).and_then(|d| {
+                    gate.approvals.answer(id, &answer.question_id, d, &answer.note).map_err(|e| e.to_string())
+                });
                 if let Err(why) = outcome {
                     tracing::warn!(approver = id, question = answer.question_id, why, "an answer was refused");
                 }

@@ -64,7 +64,7 @@ impl Runs for RunsService {
     async fn start_run(&self, request: Request<pb::StartRunRequest>) -> Result<Response<pb::StartRunResponse>, Status> {
         let r = request.into_inner();
         let agent = or_default(r.agent, "default");
-        names::check("agent", &agent).map_err(Status::invalid_argument)?;
+        names::check("agent", &agent).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let request = StartRequest {
             conversation: r.conversation_id,
             agent,
