@@ -30,7 +30,7 @@ use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
 use crate::convert;
 use crate::events::EventLog;
 use crate::helpers::{Helper, HelperError, HelperKind, HelperSet, SUPERVISOR_PEER, Snapshot};
-use crate::ids::{IdKind, RunId};
+use crate::ids::{ConversationId, IdKind, RunId};
 use crate::runs::RunManager;
 use cc_host::probe::ProbeResult;
 
@@ -323,7 +323,7 @@ impl ConversationsRpc for SupervisorApi {
         &self,
         request: Request<pb::DeleteConversationRequest>,
     ) -> Result<Response<pb::DeleteConversationResponse>, Status> {
-        let id = request.into_inner().conversation_id;
+        let id = ConversationId::from_wire(request.into_inner().conversation_id);
         // Its runs end first: nothing may work in copies that are being removed.
         self.runs.stop_conversation(&id, "its conversation was removed").await;
         let removed = self.blocking(move |c| c.remove(&id)).await?;
@@ -372,7 +372,8 @@ impl Sandbox for SupervisorApi {
             return Ok(respond(sandboxd.explain_envelope(request).await?.into_inner()));
         }
         let agent = if agent.is_empty() { "default".to_owned() } else { agent };
-        let paths = self.blocking(move |c| c.run_paths(&conversation_id, &agent)).await?;
+        let conversation = ConversationId::from_wire(conversation_id);
+        let paths = self.blocking(move |c| c.run_paths(&conversation, &agent)).await?;
         let run_id = crate::ids::mint(IdKind::Explanation).map_err(|e| Status::internal(e.to_string()))?;
         let policy = crate::runs::sandbox_policy(&run_id, &paths, None, self.runs.config());
         sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) }).await?;

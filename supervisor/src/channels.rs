@@ -14,6 +14,9 @@ use tonic::{Code, Status};
 
 use crate::helpers::{Helper, HelperKind, HelperSet, SUPERVISOR_PEER};
 
+/// How long a call waits for a helper that is starting or restarting.
+const HELPER_START_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub type SandboxdClientWithSecret = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
 
 pub struct HelperChannels {
@@ -49,8 +52,12 @@ impl HelperChannels {
         let unavailable = |message: String| {
             reasons::refusal(Code::Unavailable, message, reasons::HELPER_UNAVAILABLE, &[("helper", "sandboxd".into())])
         };
-        let pid =
-            helper.snapshot().pid.ok_or_else(|| unavailable("sandboxd is not running; see ccctl helpers".into()))?;
+        // A sandboxd that is starting (the supervisor's first moments) or restarting is
+        // waited for, as long as a helper may take to start.
+        let pid = helper
+            .serving_pid(HELPER_START_WAIT)
+            .await
+            .ok_or_else(|| unavailable("sandboxd is not running; see ccctl helpers".into()))?;
         let channel = self.channel_to(helper, pid).await.map_err(|e| unavailable(e.to_string()))?;
         Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
     }

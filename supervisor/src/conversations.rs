@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::events::EventLog;
+use crate::ids::ConversationId;
 use crate::names;
 use crate::paths::DataDir;
 use crate::registry::{ConversationRecord, ConversationRepo, RegistryError, RepoRecord, Workspace};
@@ -351,7 +352,7 @@ impl Conversations {
 
     /// Removes the conversation's copies and its row. Never touches a registered
     /// checkout's files: links inside the copies are removed, not followed.
-    pub fn remove(&self, id: &str) -> Result<ConversationRecord, ConversationError> {
+    pub fn remove(&self, id: &ConversationId) -> Result<ConversationRecord, ConversationError> {
         let record = self.store.conversation(id)?;
         let backend = record.backend;
         let dir = self.data.conversation_dir(&record.id);
@@ -369,7 +370,7 @@ impl Conversations {
         if backend == Backend::GitWorktree {
             for repo in &record.repos {
                 if let Err(e) = worktree::remove_worktree(&repo.source_resolved, &record.id, &repo.name) {
-                    tracing::warn!(conversation = record.id, repo = repo.name, error = %e, "cannot forget the git worktree");
+                    tracing::warn!(conversation = %record.id, repo = repo.name, error = %e, "cannot forget the git worktree");
                 }
             }
         }
@@ -377,14 +378,14 @@ impl Conversations {
         Ok(record)
     }
 
-    pub fn conversation(&self, id: &str) -> Result<ConversationRecord, ConversationError> {
+    pub fn conversation(&self, id: &ConversationId) -> Result<ConversationRecord, ConversationError> {
         Ok(self.store.conversation(id)?)
     }
 
     /// What a run of `agent` in `conversation` may touch: its directories, the
     /// conversation's copies (the first is the working directory), the workspace's
     /// attachments, and the registered checkouts, which no envelope may write.
-    pub fn run_paths(&self, conversation: &str, agent: &str) -> Result<RunPaths, ConversationError> {
+    pub fn run_paths(&self, conversation: &ConversationId, agent: &str) -> Result<RunPaths, ConversationError> {
         let record = self.store.conversation(conversation)?;
         let dirs = self.agent_dirs(&record.id, agent)?;
         let repos = self.data.conversation_dir(&record.id).join("repos");
@@ -414,7 +415,7 @@ impl Conversations {
     }
 
     /// Creates `agents/<agent>/{work,config}` on first use; private to that agent.
-    pub fn agent_dirs(&self, conversation: &str, agent: &str) -> Result<AgentDirs, ConversationError> {
+    pub fn agent_dirs(&self, conversation: &ConversationId, agent: &str) -> Result<AgentDirs, ConversationError> {
         names::check("agent", agent).map_err(ConversationError::InvalidName)?;
         let record = self.store.conversation(conversation)?;
         let base = self.data.conversation_dir(&record.id).join("agents").join(agent);
@@ -449,7 +450,7 @@ impl Conversations {
                 }
                 continue;
             }
-            if self.store.conversation_exists(&id).unwrap_or(true) {
+            if self.store.conversation_exists(&ConversationId::from_wire(id.as_str())).unwrap_or(true) {
                 continue;
             }
             let unfinished = dir.join(MANIFEST).exists() || fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
@@ -518,8 +519,8 @@ fn give_to_service_user(dir: &Path, name: &str, what: Give) -> Result<(), Worktr
     .map_err(WorktreeError::io("give to the service user", &dir.join(name)))
 }
 
-fn new_id() -> Result<String, crate::ids::MintError> {
-    crate::ids::mint(crate::ids::IdKind::Conversation)
+fn new_id() -> Result<ConversationId, crate::ids::MintError> {
+    ConversationId::mint()
 }
 
 #[cfg(test)]
@@ -554,7 +555,7 @@ mod tests {
             assert!(matches!(conversations.agent_dirs(&c.id, bad), Err(ConversationError::InvalidName(_))), "{bad}");
         }
         assert!(matches!(
-            conversations.agent_dirs("c-missing", "coder"),
+            conversations.agent_dirs(&ConversationId::from_wire("c-missing"), "coder"),
             Err(ConversationError::Registry(RegistryError::NotFound { .. }))
         ));
     }

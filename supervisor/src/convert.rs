@@ -68,7 +68,7 @@ pub fn repository(r: RepoRecord) -> pb::Repository {
 
 pub fn conversation(c: ConversationRecord) -> pb::Conversation {
     pb::Conversation {
-        conversation_id: c.id,
+        conversation_id: c.id.into_string(),
         workspace_id: c.workspace,
         backend: wire_backend(c.backend) as i32,
         create_time: Some(timestamp(c.created_unix_ms)),

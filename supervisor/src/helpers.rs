@@ -154,6 +154,25 @@ impl Helper {
         self.snapshot.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
 
+    /// The pid of the process serving now, or of the one serving next when the helper
+    /// is starting or waiting out its backoff, waited for at most `limit`; `None` when
+    /// it failed, stopped, or did not come up in time.
+    pub async fn serving_pid(&self, limit: Duration) -> Option<u32> {
+        let mut changed = self.changed.subscribe();
+        let serving = async {
+            loop {
+                let now = self.snapshot();
+                match (now.pid, now.state) {
+                    (Some(pid), _) => return Some(pid),
+                    (None, HelperState::Failed | HelperState::Stopped) => return None,
+                    _ => {}
+                }
+                changed.changed().await.ok()?;
+            }
+        };
+        tokio::time::timeout(limit, serving).await.ok().flatten()
+    }
+
     fn update(&self, f: impl FnOnce(&mut Snapshot)) {
         match self.snapshot.lock() {
             Ok(mut s) => f(&mut s),
@@ -595,4 +614,46 @@ pub(crate) async fn stop_child(child: &mut GroupChild, grace: Duration) -> Optio
 
 fn truncate(line: &str) -> String {
     line.chars().take(80).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn helper(state: HelperState) -> (Arc<Helper>, mpsc::Receiver<Control>) {
+        let (control, control_rx) = mpsc::channel(1);
+        let (changed, _) = watch::channel(0u64);
+        let launch = HelperLaunch {
+            kind: HelperKind::Sandboxd,
+            program: PathBuf::from("cc-sandboxd"),
+            args: vec![],
+            socket: PathBuf::from("sandboxd.sock"),
+            options: Default::default(),
+        };
+        let snapshot = Snapshot { pid: None, state, restarts: 0, last_exit: None };
+        let secret = Mutex::new(PeerSecret::generate().unwrap());
+        (Arc::new(Helper { launch, secret, snapshot: Mutex::new(snapshot), control, changed }), control_rx)
+    }
+
+    #[tokio::test]
+    async fn a_call_waits_for_a_starting_helper_and_not_for_a_failed_one() {
+        let (starting, _control) = helper(HelperState::Starting);
+        let waiter = tokio::spawn({
+            let starting = starting.clone();
+            async move { starting.serving_pid(Duration::from_secs(10)).await }
+        });
+        starting.update(|s| {
+            s.state = HelperState::Running;
+            s.pid = Some(42);
+        });
+        assert_eq!(waiter.await.unwrap(), Some(42), "served as soon as it serves");
+
+        let (failed, _control) = helper(HelperState::Failed);
+        let started = Instant::now();
+        assert_eq!(failed.serving_pid(Duration::from_secs(10)).await, None);
+        assert!(started.elapsed() < Duration::from_secs(5), "a failed helper is not waited for");
+
+        let (never, _control) = helper(HelperState::Backoff);
+        assert_eq!(never.serving_pid(Duration::from_millis(20)).await, None, "the wait has a deadline");
+    }
 }

@@ -29,36 +29,64 @@ impl IdKind {
     }
 }
 
-/// A run's id.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RunId(String);
+/// An id type: a string that says which kind of thing it names, so that a run's id is
+/// never passed where a conversation's is wanted.
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $kind:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
 
-impl RunId {
-    pub fn mint() -> Result<Self, MintError> {
-        Ok(Self(mint(IdKind::Run)?))
-    }
-    /// A run id as a client or the store gives it (unchecked: lookups of an unknown id
-    /// simply find nothing).
-    pub fn from_wire(id: impl Into<String>) -> Self {
-        Self(id.into())
-    }
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-    pub fn into_string(self) -> String {
-        self.0
-    }
-    /// As it is shown in a message: at most 64 characters of it.
-    pub fn shown(&self) -> String {
-        self.0.chars().take(64).collect()
-    }
+        impl $name {
+            /// A new id.
+            pub fn mint() -> Result<Self, MintError> {
+                Ok(Self(mint($kind)?))
+            }
+            /// An id as a client or the store gives it (unchecked: lookups of an unknown
+            /// id simply find nothing).
+            pub fn from_wire(id: impl Into<String>) -> Self {
+                Self(id.into())
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+            pub fn into_string(self) -> String {
+                self.0
+            }
+            /// As it is shown in a message: at most 64 characters of it.
+            pub fn shown(&self) -> String {
+                self.0.chars().take(64).collect()
+            }
+        }
+
+        /// Read as the string it is (paths, SQL, messages); only a function that takes
+        /// the type itself insists on the kind.
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
 }
 
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+id_type!(
+    /// A run's id.
+    RunId,
+    IdKind::Run
+);
+id_type!(
+    /// A conversation's id.
+    ConversationId,
+    IdKind::Conversation
+);
 
 /// A new id of `kind`.
 pub fn mint(kind: IdKind) -> Result<String, MintError> {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{OptionalExtension, params};
 
+use crate::ids::ConversationId;
 use crate::store::{Store, StoreError};
 use crate::worktree::Backend;
 
@@ -75,7 +76,7 @@ pub struct ConversationRepo {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConversationRecord {
-    pub id: String,
+    pub id: ConversationId,
     pub workspace: String,
     pub backend: Backend,
     pub created_unix_ms: i64,
@@ -177,7 +178,7 @@ impl Store {
         tx.execute(
             "INSERT INTO conversations (id, workspace, backend, created_unix_ms) VALUES (?1, ?2, ?3, ?4)",
             params![
-                conversation.id,
+                conversation.id.as_str(),
                 conversation.workspace,
                 conversation.backend.as_str(),
                 conversation.created_unix_ms
@@ -188,7 +189,7 @@ impl Store {
                 "INSERT INTO conversation_repos (conversation, repo, source_path, source_resolved, path, branch)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
-                    conversation.id,
+                    conversation.id.as_str(),
                     repo.name,
                     blob(&repo.source_path),
                     blob(&repo.source_resolved),
@@ -214,7 +215,7 @@ impl Store {
         // One removed between the two reads is simply not listed.
         let mut out = Vec::with_capacity(ids.len());
         for id in &ids {
-            match self.conversation(id) {
+            match self.conversation(&ConversationId::from_wire(id.as_str())) {
                 Ok(c) => out.push(c),
                 Err(RegistryError::NotFound { .. }) => {}
                 Err(e) => return Err(e),
@@ -223,12 +224,14 @@ impl Store {
         Ok(out)
     }
 
-    pub fn conversation(&self, id: &str) -> Result<ConversationRecord, RegistryError> {
+    pub fn conversation(&self, id: &ConversationId) -> Result<ConversationRecord, RegistryError> {
         let conn = self.conn()?;
         let head = conn
-            .query_row("SELECT workspace, backend, created_unix_ms FROM conversations WHERE id = ?1", [id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
-            })
+            .query_row(
+                "SELECT workspace, backend, created_unix_ms FROM conversations WHERE id = ?1",
+                [id.as_str()],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)),
+            )
             .optional()?;
         let Some((workspace, backend, created_unix_ms)) = head else {
             return Err(RegistryError::NotFound { kind: Resource::Conversation, name: id.chars().take(64).collect() });
@@ -238,7 +241,7 @@ impl Store {
              WHERE conversation = ?1 ORDER BY repo",
         )?;
         let repos = stmt
-            .query_map([id], |r| {
+            .query_map([id.as_str()], |r| {
                 Ok(ConversationRepo {
                     name: r.get(0)?,
                     source_path: path_of(r.get(1)?),
@@ -250,18 +253,18 @@ impl Store {
             .collect::<Result<_, _>>()?;
         // A value this build does not know is the default's, as in the conversation's manifest.
         let backend = backend.parse().unwrap_or_default();
-        Ok(ConversationRecord { id: id.to_owned(), workspace, backend, created_unix_ms, repos })
+        Ok(ConversationRecord { id: id.clone(), workspace, backend, created_unix_ms, repos })
     }
 
-    pub fn remove_conversation(&self, id: &str) -> Result<(), RegistryError> {
+    pub fn remove_conversation(&self, id: &ConversationId) -> Result<(), RegistryError> {
         let conn = self.conn()?;
-        conn.execute("DELETE FROM conversations WHERE id = ?1", [id])?;
+        conn.execute("DELETE FROM conversations WHERE id = ?1", [id.as_str()])?;
         Ok(())
     }
 
-    pub fn conversation_exists(&self, id: &str) -> Result<bool, RegistryError> {
+    pub fn conversation_exists(&self, id: &ConversationId) -> Result<bool, RegistryError> {
         let conn = self.conn()?;
-        Ok(conn.query_row("SELECT 1 FROM conversations WHERE id = ?1", [id], |_| Ok(())).optional()?.is_some())
+        Ok(conn.query_row("SELECT 1 FROM conversations WHERE id = ?1", [id.as_str()], |_| Ok(())).optional()?.is_some())
     }
 }
 
@@ -323,7 +326,7 @@ mod tests {
     fn conversations_round_trip_and_cascade() {
         let (_t, s) = store();
         let c = ConversationRecord {
-            id: "c1".into(),
+            id: ConversationId::from_wire("c1"),
             workspace: "default".into(),
             backend: Backend::Copy,
             created_unix_ms: 5,
@@ -336,12 +339,12 @@ mod tests {
             }],
         };
         s.insert_conversation(&c).unwrap();
-        assert_eq!(s.conversation("c1").unwrap(), c);
+        assert_eq!(s.conversation(&ConversationId::from_wire("c1")).unwrap(), c);
         assert_eq!(s.conversations(Some("default")).unwrap(), vec![c.clone()]);
         assert!(s.conversations(Some("other")).unwrap().is_empty());
         assert!(s.insert_conversation(&c).is_err(), "the same id twice");
-        s.remove_conversation("c1").unwrap();
-        assert!(!s.conversation_exists("c1").unwrap());
+        s.remove_conversation(&ConversationId::from_wire("c1")).unwrap();
+        assert!(!s.conversation_exists(&ConversationId::from_wire("c1")).unwrap());
         let left: i64 =
             s.conn().unwrap().query_row("SELECT count(*) FROM conversation_repos", [], |r| r.get(0)).unwrap();
         assert_eq!(left, 0);

@@ -44,7 +44,7 @@ use crate::convert::path_bytes;
 use crate::events::EventLog;
 use crate::gate::Gate;
 use crate::helpers::{GroupChild, ProcessTimeouts, SUPERVISOR_PEER, start_process, stop_child};
-use crate::ids::RunId;
+use crate::ids::{ConversationId, RunId};
 use crate::paths::DataDir;
 use crate::store::Store;
 pub use error::RunError;
@@ -55,7 +55,7 @@ pub type RunnerClientWithSecret = RunnerClient<InterceptedService<Channel, Prese
 /// What a run start asks for, checked.
 #[derive(Debug, Clone)]
 pub struct StartRequest {
-    pub conversation: String,
+    pub conversation: ConversationId,
     pub agent: String,
     pub mode: Mode,
     pub adapter: String,
@@ -213,7 +213,7 @@ fn runner_roots(paths: &RunPaths) -> Result<String, RunError> {
 
 /// The runner's socket, in a directory of the conversation that the runner makes its
 /// own (as root, the runner is the service user and cannot enter `$DATA/sock`).
-fn runner_socket(data: &DataDir, conversation: &str, run: &RunId) -> PathBuf {
+fn runner_socket(data: &DataDir, conversation: &ConversationId, run: &RunId) -> PathBuf {
     data.conversation_dir(conversation).join("sock").join(format!("{run}.sock"))
 }
 
@@ -224,7 +224,12 @@ fn runner_socket(data: &DataDir, conversation: &str, run: &RunId) -> PathBuf {
 /// since they were provisioned, so nothing here walks what an agent writes: every
 /// change is made through a handle opened without following a link (issue 16). The
 /// rest of the data directory (state.db, sockets, config) stays root's alone.
-fn hand_to_service_user(data: &DataDir, conversation: &str, agent: &str, user: ServiceUser) -> std::io::Result<()> {
+fn hand_to_service_user(
+    data: &DataDir,
+    conversation: &ConversationId,
+    agent: &str,
+    user: ServiceUser,
+) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     let ServiceUser { uid, gid } = user;
@@ -668,9 +673,9 @@ impl RunManager {
     }
 
     /// Stops every live run of a conversation (before it is removed).
-    pub async fn stop_conversation(&self, conversation: &str, reason: &str) {
+    pub async fn stop_conversation(&self, conversation: &ConversationId, reason: &str) {
         let ids: Vec<RunId> =
-            self.lock().values().filter(|r| r.record.conversation == conversation).map(|r| r.run_id.clone()).collect();
+            self.lock().values().filter(|r| &r.record.conversation == conversation).map(|r| r.run_id.clone()).collect();
         for id in ids {
             let _ = self.stop(&id, reason).await;
         }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use cc_policy::Mode;
 use rusqlite::{OptionalExtension, params};
 
+use crate::ids::ConversationId;
 use crate::store::{Store, StoreError};
 
 /// A run's one state machine, kept by its row and followed by its runner slot:
@@ -54,7 +55,7 @@ impl RunState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
     pub id: String,
-    pub conversation: String,
+    pub conversation: ConversationId,
     pub workspace: String,
     pub agent: String,
     pub mode: Mode,
@@ -83,7 +84,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let work_dir: Vec<u8> = r.get(8)?;
     Ok(RunRecord {
         id: r.get(0)?,
-        conversation: r.get(1)?,
+        conversation: ConversationId::from_wire(r.get::<_, String>(1)?),
         workspace: r.get(2)?,
         agent: r.get(3)?,
         // Written by us from a Mode; a hand-edited value reads as the strictest.
@@ -104,7 +105,7 @@ impl Store {
             &format!("INSERT INTO runs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
             params![
                 run.id,
-                run.conversation,
+                run.conversation.as_str(),
                 run.workspace,
                 run.agent,
                 run.mode.as_str(),
@@ -176,7 +177,7 @@ mod tests {
         let store = Store::open(&tmp.path().join("state.db")).unwrap();
         let run = RunRecord {
             id: "r1".into(),
-            conversation: "c1".into(),
+            conversation: ConversationId::from_wire("c1"),
             workspace: "default".into(),
             agent: "default".into(),
             mode: Mode::Review,

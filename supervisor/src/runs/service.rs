@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use super::{RunManager, RunRecord, RunState, StartRequest};
 use crate::convert::path_bytes;
 use crate::gate::wire;
-use crate::ids::RunId;
+use crate::ids::{ConversationId, RunId};
 use crate::names;
 
 pub struct RunsService {
@@ -32,7 +32,7 @@ impl RunsService {
             mode: wire::mode(r.mode) as i32,
             work_dir: path_bytes(&r.work_dir),
             run_id: r.id,
-            conversation_id: r.conversation,
+            conversation_id: r.conversation.into_string(),
             agent: r.agent,
             adapter: r.adapter,
             network: r.network,
@@ -66,7 +66,7 @@ impl Runs for RunsService {
         let agent = or_default(r.agent, "default");
         names::check("agent", &agent).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let request = StartRequest {
-            conversation: r.conversation_id,
+            conversation: ConversationId::from_wire(r.conversation_id),
             agent,
             mode: wire::mode_from(r.mode)?,
             adapter: or_default(r.adapter, "harness"),

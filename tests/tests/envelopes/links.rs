@@ -124,11 +124,28 @@ async fn a_directory_swapped_for_a_link_during_launches_is_never_what_gets_mount
         let aside = modules.with_file_name("modules-aside");
         std::thread::spawn(move || {
             let mut swaps = 0u32;
+            // bubblewrap makes a missing bind destination as it mounts: while the real
+            // directory is aside, an envelope being made may put an empty mount point
+            // where it was. The agent then meets a directory there and swaps on.
+            let clear = |path: &Path| match std::fs::symlink_metadata(path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).unwrap(),
+                Ok(_) => std::fs::remove_file(path).unwrap(),
+                Err(_) => {}
+            };
+            let retry = |what: &str, step: &mut dyn FnMut() -> std::io::Result<()>| {
+                for _ in 0..1000 {
+                    if step().is_ok() {
+                        return;
+                    }
+                    clear(&modules);
+                }
+                panic!("{what}: {:?}", step());
+            };
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 std::fs::rename(&modules, &aside).unwrap();
-                std::os::unix::fs::symlink(&host, &modules).unwrap();
-                std::fs::remove_file(&modules).unwrap();
-                std::fs::rename(&aside, &modules).unwrap();
+                retry("plant the link", &mut || std::os::unix::fs::symlink(&host, &modules));
+                clear(&modules);
+                retry("put the directory back", &mut || std::fs::rename(&aside, &modules));
                 swaps += 1;
             }
             swaps
