@@ -158,6 +158,10 @@ impl Helper {
     /// is starting or waiting out its backoff, waited for at most `limit`; `None` when
     /// it failed, stopped, or did not come up in time.
     pub async fn serving_pid(&self, limit: Duration) -> Option<u32> {
+        if let Some(pid) = self.snapshot().pid {
+            return Some(pid);
+        }
+        // Subscribed before the loop's first look, so that no change is missed.
         let mut changed = self.changed.subscribe();
         let serving = async {
             loop {
