@@ -154,6 +154,12 @@ impl Helper {
         self.snapshot.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
 
+    /// Resolves at the helper's next change of state (any helper's, in fact: they share
+    /// one signal); callers look at [`Helper::snapshot`] again.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
     /// The pid of the process serving now, or of the one serving next when the helper
     /// is starting or waiting out its backoff, waited for at most `limit`; `None` when
     /// it failed, stopped, or did not come up in time.

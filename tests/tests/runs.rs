@@ -430,3 +430,39 @@ fn a_run_is_starting_until_its_runner_serves() {
     assert!(shown["runner_pid"].as_u64().unwrap() > 0, "{shown}");
     assert_eq!(text(&sup.ccctl(&["tool", &run, "read", "README.md"])).0, "# demo\n");
 }
+
+/// DESIGN §2 rule 1 (issue 18, item 1): sandboxd keeps run policies in memory only, so a
+/// restarted sandboxd must get every live run back. Killed with SIGKILL, then restarted
+/// on request, under three live runs: each run's bash works again straight away, its
+/// file tools never stopped, and the re-registration is an event.
+#[test]
+fn live_runs_outlive_a_sandboxd_killed_or_restarted() {
+    let f = fixture(None);
+    let runs: Vec<String> = (0..3).map(|_| f.start_run("chat")).collect();
+    let echo = |run: &str, word: &str| {
+        let out = f.tool(run, &["bash", "--", &format!("echo {word}")]);
+        assert!(out.status.success(), "{run}: {}", text(&out).1);
+        assert_eq!(text(&out).0, format!("{word}\n"));
+    };
+    for run in &runs {
+        echo(run, "before");
+    }
+    let sandboxd = |sup: &Supervisor| sup.helper_pids().into_iter().find(|(name, _)| name == "sandboxd").unwrap().1;
+    let killed = sandboxd(&f.sup);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(killed as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    for run in &runs {
+        echo(run, "after-kill");
+        assert_eq!(text(&f.tool(run, &["read", "README.md"])).0, "# demo\n");
+    }
+    assert_ne!(sandboxd(&f.sup), killed, "a new sandboxd serves");
+    let event = f.sup.await_event(Duration::from_secs(10), |e| e.kind == "runs_reregistered");
+    let payload = cc_tests::payload(&event);
+    assert_eq!((payload["runs"].as_u64(), payload["registered"].as_u64()), (Some(3), Some(3)), "{payload}");
+
+    let out = f.sup.ccctl(&["helpers", "restart", "sandboxd"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    for run in &runs {
+        echo(run, "after-restart");
+        assert_eq!(f.sup.ccctl_json(&["run", "show", run])["state"], "running");
+    }
+}

@@ -43,7 +43,7 @@ use crate::conversations::{Conversations, RunPaths};
 use crate::convert::path_bytes;
 use crate::events::EventLog;
 use crate::gate::Gate;
-use crate::helpers::{GroupChild, ProcessTimeouts, SUPERVISOR_PEER, start_process, stop_child};
+use crate::helpers::{GroupChild, HelperKind, ProcessTimeouts, SUPERVISOR_PEER, start_process, stop_child};
 use crate::ids::{ConversationId, RunId};
 use crate::paths::DataDir;
 use crate::store::Store;
@@ -84,6 +84,9 @@ pub enum RunnerSlot {
 pub struct LiveRun {
     pub record: RunRecord,
     pub run_id: RunId,
+    /// What the run is registered with in sandboxd: registered again whenever sandboxd
+    /// has restarted, since sandboxd keeps policies in memory only.
+    policy: sb::RunPolicy,
     runner: tokio::sync::watch::Receiver<RunnerSlot>,
     /// The conversation's first repository, the scope the gate sees.
     pub repo: Option<String>,
@@ -313,6 +316,37 @@ fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Registers every live run again each time sandboxd serves as a new process, so that
+/// the runs outlive the helper (DESIGN §2 rule 1). A call that comes before this has
+/// caught up registers its own run and retries (`runs::tools`).
+async fn reregister_after_restarts(manager: std::sync::Weak<RunManager>) {
+    let Some(sandboxd) = manager.upgrade().map(|m| m.env.channels.helpers().of(HelperKind::Sandboxd).clone()) else {
+        return;
+    };
+    let mut changes = sandboxd.changes();
+    let mut last = sandboxd.snapshot().pid;
+    while changes.changed().await.is_ok() {
+        let Some(manager) = manager.upgrade() else { return };
+        let pid = sandboxd.snapshot().pid;
+        if pid.is_none() || pid == last {
+            continue;
+        }
+        last = pid;
+        let runs: Vec<Arc<LiveRun>> = manager.lock().values().cloned().collect();
+        let mut registered = 0u32;
+        for run in &runs {
+            match manager.reregister(run).await {
+                Ok(()) => registered += 1,
+                Err(e) => tracing::warn!(run = %run.run_id, error = %e, "cannot register the run with sandboxd again"),
+            }
+        }
+        if !runs.is_empty() {
+            let payload = json!({ "pid": pid, "runs": runs.len(), "registered": registered });
+            manager.env.events.record("runs_reregistered", "helper:sandboxd", payload);
+        }
+    }
+}
+
 /// Why a run stops, and whom to tell once it has: a stop request, or the manager
 /// gone (shutdown without a stop), when the runner goes too.
 fn stop_reason(request: Result<StopRequest, oneshot::error::RecvError>) -> (String, Option<oneshot::Sender<()>>) {
@@ -353,7 +387,16 @@ impl RunManager {
                 }
             }
         }
-        Arc::new(Self { env, live: Mutex::default() })
+        let manager = Arc::new(Self { env, live: Mutex::default() });
+        tokio::spawn(reregister_after_restarts(Arc::downgrade(&manager)));
+        manager
+    }
+
+    /// Registers a live run with sandboxd again (sandboxd restarted and lost it).
+    pub async fn reregister(&self, run: &LiveRun) -> Result<(), RunError> {
+        let mut sandboxd = self.env.channels.sandboxd().await?;
+        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(run.policy.clone()) }).await?;
+        Ok(())
     }
 
     pub fn config(&self) -> &RunsConfig {
@@ -450,7 +493,7 @@ impl RunManager {
 
         let mut sandboxd = self.env.channels.sandboxd().await?;
         let policy = sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config);
-        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) }).await?;
+        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) }).await?;
         // runner_roots has checked that the run's paths are UTF-8.
         let home = paths.agent_work.to_string_lossy().into_owned();
         let run = RunRecord {
@@ -476,6 +519,7 @@ impl RunManager {
         let live = Arc::new(LiveRun {
             record: run,
             run_id: run_id.clone(),
+            policy,
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             stop: Mutex::new(Some(stop_tx)),

@@ -136,10 +136,13 @@ fn one(event: Event) -> Events {
     ReceiverStream::new(rx)
 }
 
+fn is_reason(status: &Status, reason: &str) -> bool {
+    cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == reason)
+}
+
 /// sandboxd's answer that it has no such run, or that the run ended as it launched.
 fn sandboxd_lost_or_ended(status: &Status) -> bool {
-    use cc_proto::reasons::{RUN_ENDED, RUN_NOT_FOUND, reason_of};
-    reason_of(status).is_some_and(|(reason, _)| reason == RUN_NOT_FOUND || reason == RUN_ENDED)
+    is_reason(status, cc_proto::reasons::RUN_NOT_FOUND) || is_reason(status, cc_proto::reasons::RUN_ENDED)
 }
 
 impl RunManager {
@@ -263,7 +266,17 @@ impl RunManager {
         };
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);
-        let mut launched = match sandboxd.launch(request).await {
+        let mut attempt = sandboxd.launch(request.clone()).await;
+        // A sandboxd that restarted since the run started, before the run was registered
+        // with it again: register it now and launch once more.
+        if let Err(status) = &attempt
+            && is_reason(status, cc_proto::reasons::RUN_NOT_FOUND)
+            && self.live_run(&run.run_id).is_some()
+        {
+            self.reregister(run).await?;
+            attempt = self.channels().sandboxd().await?.launch(request).await;
+        }
+        let mut launched = match attempt {
             Ok(launched) => launched.into_inner(),
             // sandboxd knows no such run, or it ended as the launch was made: the run
             // ended meanwhile, or sandboxd lost it (it restarted).
