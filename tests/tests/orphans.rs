@@ -74,4 +74,11 @@ fn the_runner_is_enveloped_and_dies_with_a_killed_supervisor() {
         || !alive(pid),
     );
     drop(reaper);
+    // A runner killed with its supervisor leaves its socket; the next start sweeps it
+    // as it marks the run failed.
+    let socket = f.sup.data_dir.join("conversations").join(&f.conversation).join("sock").join(format!("{run}.sock"));
+    let left = socket.exists();
+    let again = cc_tests::Supervisor::start_on(&f.sup.data_dir, cc_tests::Options::default());
+    assert!(!socket.exists(), "the dead run's socket is swept (it was {}left)", if left { "" } else { "not " });
+    assert_eq!(again.ccctl_json(&["run", "show", &run])["state"], "failed");
 }

@@ -160,7 +160,9 @@ fn a_killed_runner_fails_its_run_and_the_next_run_works() {
     assert!(pid > 0);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     await_end(&f, &run);
-    assert_eq!(f.sup.ccctl_json(&["run", "show", &run])["state"], "failed", "the run is marked failed");
+    let shown = f.sup.ccctl_json(&["run", "show", &run]);
+    assert_eq!(shown["state"], "failed", "the run is marked failed");
+    assert_eq!(shown["end_reason"], "its runner exited (signal 9)", "named by its signal, not bubblewrap's code 137");
     let out = f.tool(&run, &["read", "README.md"]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("is failed"), "{}", text(&out).1);

@@ -362,11 +362,17 @@ fn answer(done: Option<oneshot::Sender<()>>) {
     }
 }
 
-fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+/// How the runner ended. `enveloped`: the process we waited for is the runner's
+/// bubblewrap, which exits with our init's status, and our init reports a command a
+/// signal ended as 128 + the signal, as a shell does.
+fn describe_exit(status: Option<std::process::ExitStatus>, enveloped: bool) -> String {
     use std::os::unix::process::ExitStatusExt;
     match status {
         Some(s) if s.signal().is_some() => format!("signal {}", s.signal().unwrap_or_default()),
-        Some(s) => format!("code {}", s.code().unwrap_or_default()),
+        Some(s) => match s.code().unwrap_or_default() {
+            code @ 129..=192 if enveloped => format!("signal {}", code - 128),
+            code => format!("code {code}"),
+        },
         None => "status unknown".into(),
     }
 }
@@ -377,6 +383,12 @@ impl RunManager {
     pub fn new(env: RunEnv) -> Arc<Self> {
         if let Ok(runs) = env.store.runs(None) {
             for run in runs.into_iter().filter(|r| r.state.may_become(RunState::Failed)) {
+                // Its runner died with that supervisor, killed: its socket is left.
+                cc_proto::socket::remove_socket(&runner_socket(
+                    &env.data,
+                    &run.conversation,
+                    &RunId::from_wire(run.id.as_str()),
+                ));
                 let reason = "the supervisor stopped while the run was live";
                 if env.store.end_run(&run.id, RunState::Failed, now(), reason).is_ok() {
                     env.events.record(
@@ -562,7 +574,7 @@ impl RunManager {
                     let _ = slot_tx.send(RunnerSlot::Ready { client: Box::new(client), pid });
                     let payload = json!({ "runner_pid": pid, "runner_envelope": envelope });
                     this.env.events.record("runner_ready", &format!("run:{id}"), payload);
-                    this.watch(run_id, child, stop_rx).await;
+                    this.watch(run_id, child, envelope == "native", stop_rx).await;
                 }
                 Err(error) => {
                     let why = error.to_string();
@@ -654,10 +666,16 @@ impl RunManager {
     }
 
     /// Owns the runner process until the run ends.
-    async fn watch(self: Arc<Self>, id: RunId, mut child: GroupChild, stop: oneshot::Receiver<StopRequest>) {
+    async fn watch(
+        self: Arc<Self>,
+        id: RunId,
+        mut child: GroupChild,
+        enveloped: bool,
+        stop: oneshot::Receiver<StopRequest>,
+    ) {
         let (state, reason, done) = tokio::select! {
             status = child.wait() => {
-                (RunState::Failed, format!("its runner exited ({})", describe_exit(status.ok())), None)
+                (RunState::Failed, format!("its runner exited ({})", describe_exit(status.ok(), enveloped)), None)
             }
             request = stop => {
                 stop_child(&mut child, self.env.timeouts.stop).await;
@@ -736,5 +754,23 @@ impl RunManager {
         if tokio::time::timeout(within, all).await.is_err() {
             tracing::warn!("runs not stopped within the shutdown deadline");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_runner_killed_in_its_envelope_is_named_by_its_signal() {
+        let exited = |code: i32| Some(std::process::ExitStatus::from_raw(code << 8));
+        let signalled = |signal: i32| Some(std::process::ExitStatus::from_raw(signal));
+        assert_eq!(describe_exit(exited(137), true), "signal 9");
+        assert_eq!(describe_exit(exited(143), true), "signal 15");
+        assert_eq!(describe_exit(exited(137), false), "code 137", "unwrapped, a code is a code");
+        assert_eq!(describe_exit(exited(2), true), "code 2");
+        assert_eq!(describe_exit(signalled(9), false), "signal 9");
+        assert_eq!(describe_exit(None, true), "status unknown");
     }
 }
