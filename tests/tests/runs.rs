@@ -468,3 +468,30 @@ fn live_runs_outlive_a_sandboxd_killed_or_restarted() {
         assert_eq!(f.sup.ccctl_json(&["run", "show", run])["state"], "running");
     }
 }
+
+/// Issue 18: a bash call in flight when sandboxd dies says so in one line, naming
+/// sandboxd rather than the transport, and the run works again at once.
+#[test]
+fn a_call_in_flight_when_sandboxd_dies_names_it() {
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    let call = Command::new(bin("ccctl"))
+        .arg("--data-dir")
+        .arg(&f.sup.data_dir)
+        .args(["tool", &run, "bash", "--", "sleep 1000.75"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sleeping = || processes_mentioning(Path::new("1000.75")).iter().any(|p| p.starts_with("sleep"));
+    eventually(Duration::from_secs(10), "the command started", sleeping);
+    let sandboxd = f.sup.helper_pids().into_iter().find(|(name, _)| name == "sandboxd").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sandboxd as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let out = call.wait_with_output().unwrap();
+    let err = text(&out).1;
+    assert!(!out.status.success());
+    assert!(err.starts_with("ccctl: sandboxd went away during the call"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let again = f.tool(&run, &["bash", "--", "echo again"]);
+    assert_eq!(text(&again).0, "again\n", "{}", text(&again).1);
+}

@@ -38,6 +38,10 @@ pub enum RunError {
     /// The run's runner did not start, or does not answer.
     #[error("{0}")]
     RunnerUnavailable(String),
+    /// A helper died or restarted while the call was in flight; what ran may have
+    /// been killed with it.
+    #[error("{helper} went away during the call ({detail}): its output and exit are lost; run it again")]
+    HelperGone { helper: &'static str, detail: String },
     /// sandboxd does not know a run the supervisor has live: it restarted since.
     #[error("sandboxd has lost run {}'s registration (it restarted since the run started); start a new run", .0.shown())]
     Unregistered(RunId),
@@ -100,6 +104,12 @@ impl From<RunError> for Status {
                 message,
                 reasons::HELPER_UNAVAILABLE,
                 &[("helper", "runner".to_owned())],
+            ),
+            RunError::HelperGone { helper, .. } => reasons::refusal(
+                Code::Unavailable,
+                message,
+                reasons::HELPER_UNAVAILABLE,
+                &[("helper", helper.to_owned())],
             ),
             RunError::Unregistered(_) => reasons::refusal(
                 Code::Unavailable,

@@ -136,6 +136,15 @@ fn one(event: Event) -> Events {
     ReceiverStream::new(rx)
 }
 
+/// A launch's stream that broke off: sandboxd died or restarted under the call (the
+/// transport's words, "h2 protocol error", name nobody), unless sandboxd said why.
+fn died_in_flight(status: Status) -> RunError {
+    if cc_proto::reasons::reason_of(&status).is_some() {
+        return RunError::Helper(status);
+    }
+    RunError::HelperGone { helper: "sandboxd", detail: status.message().to_owned() }
+}
+
 fn is_reason(status: &Status, reason: &str) -> bool {
     cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == reason)
 }
@@ -302,15 +311,23 @@ impl RunManager {
                 async move { tx.send(Ok(pb::CallToolResponse { event: Some(event) })).await.is_ok() }
             };
             let mut written: u64 = 0;
+            let mut exited = false;
             loop {
                 let next = tokio::select! {
                     next = launched.next() => next,
                     _ = tx.closed() => return,
                 };
                 let event = match next {
-                    None => break,
+                    None if exited => break,
+                    // The stream ended before the command's exit: sandboxd is gone.
+                    None => {
+                        let detail = "its stream ended before the command's exit".to_owned();
+                        let gone = RunError::HelperGone { helper: "sandboxd", detail };
+                        let _ = tx.send(Err(Status::from(gone))).await;
+                        return;
+                    }
                     Some(Err(status)) => {
-                        let _ = tx.send(Err(status)).await;
+                        let _ = tx.send(Err(Status::from(died_in_flight(status)))).await;
                         return;
                     }
                     Some(Ok(e)) => e.event,
@@ -349,6 +366,7 @@ impl RunManager {
                         true
                     }
                     Some(LaunchEvent::Exit(exit)) => {
+                        exited = true;
                         send(Event::Exit(pb::BashExit {
                             code: exit.code,
                             signal: exit.signal,
