@@ -25,7 +25,7 @@ impl ServiceUser {
     /// The service user when this process is root; `None` otherwise (then everything is
     /// this process's own user's).
     pub fn when_root() -> Option<ServiceUser> {
-        nix::unistd::geteuid().is_root().then_some(probe::UNPRIVILEGED)
+        nix::unistd::geteuid().is_root().then_some(ServiceUser::NOBODY)
     }
 }
 

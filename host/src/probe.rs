@@ -6,8 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::ServiceUser;
-
 /// What the person asked for with `--sandbox`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxChoice {
@@ -69,10 +67,6 @@ impl ProbeResult {
     }
 }
 
-/// The user envelopes are launched as, when we are root: the test launch must be made
-/// as that user, or it would prove what root can do rather than what launches can.
-pub const UNPRIVILEGED: ServiceUser = ServiceUser::NOBODY;
-
 /// Runs the probe. `bwrap` overrides the PATH lookup (configuration). As root, the test
 /// launch runs as an unprivileged user, as every real launch does.
 pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
@@ -133,7 +127,10 @@ fn native_probe(bwrap: Option<&Path>) -> ProbeResult {
     let mut launch = Command::new(&bwrap);
     if nix::unistd::geteuid().is_root() {
         use std::os::unix::process::CommandExt;
-        launch.uid(UNPRIVILEGED.uid).gid(UNPRIVILEGED.gid).current_dir("/");
+        // As the user launches run as: a test launch as root would prove what root can
+        // do rather than what launches can.
+        let user = crate::ServiceUser::NOBODY;
+        launch.uid(user.uid).gid(user.gid).current_dir("/");
     }
     let launch = launch
         .args(["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"])

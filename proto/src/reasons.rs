@@ -78,6 +78,11 @@ pub fn refusal(code: Code, message: impl Into<String>, reason: &str, metadata: &
     Status::with_error_details(code, message, ErrorDetails::with_error_info(reason, DOMAIN, metadata))
 }
 
+/// `HELPER_UNAVAILABLE` for `helper`: the one refusal every caller of a helper shares.
+pub fn helper_unavailable(message: impl Into<String>, helper: &str) -> Status {
+    refusal(Code::Unavailable, message, HELPER_UNAVAILABLE, &[("helper", helper.to_owned())])
+}
+
 /// The reason of a refusal of ours, with its metadata.
 pub fn reason_of(status: &Status) -> Option<(String, HashMap<String, String>)> {
     let info = status.get_details_error_info()?;

@@ -110,12 +110,7 @@ impl From<HelperError> for Status {
             HelperError::Unknown(name) => {
                 reasons::refusal(Code::InvalidArgument, message, reasons::HELPER_NOT_FOUND, &[("name", name)])
             }
-            HelperError::StartFailed { name, .. } => reasons::refusal(
-                Code::Unavailable,
-                message,
-                reasons::HELPER_UNAVAILABLE,
-                &[("helper", name.to_owned())],
-            ),
+            HelperError::StartFailed { name, .. } => reasons::helper_unavailable(message, name),
             HelperError::ShuttingDown => Status::unavailable(message),
         }
     }

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use cc_proto::client::{self, PresentSecret};
 use cc_proto::reasons;
 use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
+use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tonic::{Code, Status};
 
 use crate::helpers::{Helper, HelperKind, HelperSet, SUPERVISOR_PEER};
 
@@ -49,9 +49,7 @@ impl HelperChannels {
     /// A client of sandboxd, over the cached channel to its current process.
     pub async fn sandboxd(&self) -> Result<SandboxdClientWithSecret, Status> {
         let helper = self.helpers.of(HelperKind::Sandboxd);
-        let unavailable = |message: String| {
-            reasons::refusal(Code::Unavailable, message, reasons::HELPER_UNAVAILABLE, &[("helper", "sandboxd".into())])
-        };
+        let unavailable = |message: String| reasons::helper_unavailable(message, "sandboxd");
         // A sandboxd that is starting (the supervisor's first moments) or restarting is
         // waited for, as long as a helper may take to start.
         let pid = helper

@@ -99,24 +99,9 @@ impl From<RunError> for Status {
             RunError::NoApprover(_) => reasons::refusal(Code::PermissionDenied, message, reasons::NO_APPROVER, &[]),
             RunError::Conversation(e) => Status::from(e),
             RunError::Helper(status) => status,
-            RunError::RunnerUnavailable(_) => reasons::refusal(
-                Code::Unavailable,
-                message,
-                reasons::HELPER_UNAVAILABLE,
-                &[("helper", "runner".to_owned())],
-            ),
-            RunError::HelperGone { helper, .. } => reasons::refusal(
-                Code::Unavailable,
-                message,
-                reasons::HELPER_UNAVAILABLE,
-                &[("helper", helper.to_owned())],
-            ),
-            RunError::Unregistered(_) => reasons::refusal(
-                Code::Unavailable,
-                message,
-                reasons::HELPER_UNAVAILABLE,
-                &[("helper", "sandboxd".to_owned())],
-            ),
+            RunError::RunnerUnavailable(_) => reasons::helper_unavailable(message, "runner"),
+            RunError::HelperGone { helper, .. } => reasons::helper_unavailable(message, helper),
+            RunError::Unregistered(_) => reasons::helper_unavailable(message, "sandboxd"),
             RunError::Internal(_) => Status::internal(message),
         }
     }

@@ -164,9 +164,7 @@ impl RunManager {
             Ok(Some(row)) if !row.state.is_live() => {
                 ended(row.state, row.end_reason.unwrap_or_else(|| "no reason recorded".into()))
             }
-            _ if cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == cc_proto::reasons::RUN_ENDED) => {
-                ended(run.state(), "it is ending".into())
-            }
+            _ if is_reason(status, cc_proto::reasons::RUN_ENDED) => ended(run.state(), "it is ending".into()),
             _ => RunError::Unregistered(run.run_id.clone()),
         }
     }
