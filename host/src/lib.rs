@@ -4,7 +4,7 @@
 //! * [`probe`]: the sandbox backend probe (a real test launch) and the person's choice;
 //! * [`beneath`]: reaching inside a directory tree an agent controls without following
 //!   its links;
-//! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`]: facts both sides must agree on.
+//! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`], [`OPTIONS_FD`]: facts both sides must agree on.
 #![forbid(unsafe_code)]
 
 pub mod beneath;
@@ -37,6 +37,11 @@ pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
 /// `Envelope.bound` is descriptor `FIRST_BOUND_FD + i` of the process the supervisor
 /// starts (0–2 are stdio; 3 carries bubblewrap's options).
 pub const FIRST_BOUND_FD: i32 = 4;
+
+/// bubblewrap reads its options from this descriptor (`--args 3`), never from its
+/// command line: they hold the environment's values, which /proc/<pid>/cmdline shows
+/// to every local user.
+pub const OPTIONS_FD: i32 = 3;
 
 impl From<probe::Backend> for cc_proto::common::v1::SandboxBackend {
     fn from(backend: probe::Backend) -> Self {

@@ -305,6 +305,7 @@ impl Launcher {
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: p.env.into_iter().collect(),
             bound: vec![],
+            options: vec![],
         })
     }
 
@@ -327,13 +328,15 @@ impl Launcher {
             let protected = self.protected(&p, true)?;
             let command = self.bwrap_command(&p, &protected, program.unwrap_or(&self.runner), true);
             let bound = command.bound.iter().map(|b| b.as_os_str().as_bytes().to_vec()).collect();
+            let options = crate::spawn::nul_separated(&command.options);
             let mut argv = vec![self.program()?.as_os_str().as_bytes().to_vec()];
-            argv.extend(command.argv().iter().map(|a| a.as_bytes().to_vec()));
+            argv.extend(crate::spawn::options_on_descriptor(&command.init, &command.command));
             return Ok(pb::Envelope {
                 backend: SandboxBackend::Native as i32,
                 argv,
                 env: p.env.into_iter().collect(),
                 bound,
+                options,
             });
         }
         let _ = program;
@@ -342,6 +345,7 @@ impl Launcher {
             argv: vec![],
             env: p.env.into_iter().collect(),
             bound: vec![],
+            options: vec![],
         })
     }
 

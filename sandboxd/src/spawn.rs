@@ -16,8 +16,7 @@ use tokio::process::{Child, ChildStdin};
 
 use crate::bwrap::{BwrapCommand, FIRST_BOUND_FD};
 
-/// The descriptor bubblewrap reads its options from.
-const OPTIONS_FD: i32 = 3;
+use cc_host::OPTIONS_FD;
 
 /// Arguments as bubblewrap's `--args` and our init's `--command-stdin` read them: each
 /// followed by a NUL.
@@ -38,6 +37,16 @@ pub fn write_arguments(mut pipe: impl AsyncWrite + Unpin + Send + 'static, args:
     tokio::spawn(async move {
         let _ = pipe.write_all(&bytes).await;
     });
+}
+
+/// bubblewrap's arguments when its options come on [`OPTIONS_FD`]: `--args 3 -- INIT
+/// [INIT OPTIONS] -- COMMAND`.
+pub fn options_on_descriptor<'a>(init: &'a [OsString], command: &'a [OsString]) -> impl Iterator<Item = Vec<u8>> + 'a {
+    use std::os::unix::ffi::OsStrExt;
+    let head = ["--args", "3", "--"].into_iter().map(|a| a.as_bytes().to_vec());
+    let init = init.iter().map(|a| a.as_bytes().to_vec());
+    let command = command.iter().map(|a| a.as_bytes().to_vec());
+    head.chain(init).chain(std::iter::once(b"--".to_vec())).chain(command)
 }
 
 /// When the envelope's init learns its command.

@@ -483,8 +483,9 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<GroupChild, Launc
 
 /// Spawns a helper-protocol process (a helper or a run's runner): it says HELLO, gets
 /// `bootstrap` on stdin, and must say READY within `ready`; `stop` is the grace a
-/// failed start gets before SIGKILL. `bound`: descriptors it gets as 4, 5, … (what a
-/// runner's envelope binds by descriptor); nothing else but its stdio passes.
+/// failed start gets before SIGKILL. `descriptors`: each descriptor with the number it
+/// gets in the process (a runner's envelope: its options as 3, the paths it binds by
+/// descriptor as 4, 5, …); nothing else but its stdio passes.
 pub(crate) async fn start_process(
     program: &std::path::Path,
     args: &[String],
@@ -492,13 +493,12 @@ pub(crate) async fn start_process(
     ProcessTimeouts { ready, stop }: ProcessTimeouts,
     name: &'static str,
     user: Option<ServiceUser>,
-    bound: Vec<std::os::fd::OwnedFd>,
+    descriptors: Vec<(std::os::fd::OwnedFd, i32)>,
 ) -> Result<GroupChild, LaunchFailure> {
     let mut command = Command::new(program);
-    if !bound.is_empty() {
+    if !descriptors.is_empty() {
         use command_fds::{CommandFdExt, FdMapping};
-        let first = cc_host::FIRST_BOUND_FD;
-        let mappings = bound.into_iter().zip(first..).map(|(parent_fd, child_fd)| FdMapping { parent_fd, child_fd });
+        let mappings = descriptors.into_iter().map(|(parent_fd, child_fd)| FdMapping { parent_fd, child_fd });
         command.fd_mappings(mappings.collect()).map_err(|e| LaunchFailure {
             pid: None,
             status: None,

@@ -158,6 +158,11 @@ fn a_killed_runner_fails_its_run_and_the_next_run_works() {
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
     let pid = shown["runner_pid"].as_u64().unwrap() as i32;
     assert!(pid > 0);
+    // The runner's envelope takes its options (and the environment's values in them)
+    // on a descriptor: no command line of its process tree shows them.
+    let lines = ancestors_command_lines(pid);
+    assert!(lines.iter().any(|l| l.contains("bwrap --args 3 -- ")), "{lines:#?}");
+    assert!(!lines.iter().any(|l| l.contains("--setenv")), "{lines:#?}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     await_end(&f, &run);
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
@@ -171,6 +176,22 @@ fn a_killed_runner_fails_its_run_and_the_next_run_works() {
     let stopped = f.sup.ccctl_json(&["run", "stop", &next]);
     assert_eq!(stopped["state"], "stopped");
     assert!(f.sup.helper_pids().len() == 3, "the supervisor and its helpers are still up");
+}
+
+/// The command lines of `pid` and its ancestors up to (not including) the supervisor.
+fn ancestors_command_lines(mut pid: i32) -> Vec<String> {
+    let mut lines = Vec::new();
+    while pid > 1 {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { break };
+        let line = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if line.contains("cc-supervisor") {
+            break;
+        }
+        lines.push(line);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        pid = status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|p| p.trim().parse().ok()).unwrap_or(0);
+    }
+    lines
 }
 
 fn processes_mentioning(needle: &Path) -> Vec<String> {

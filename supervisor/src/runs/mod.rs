@@ -297,6 +297,20 @@ async fn open_bound(paths: &[Vec<u8>]) -> Result<Vec<std::os::fd::OwnedFd>, RunE
     .map_err(|e| RunError::Internal(e.to_string()))?
 }
 
+/// A pipe whose read end carries `options` (bubblewrap's, NUL-separated) to the
+/// runner's envelope as [`cc_host::OPTIONS_FD`]; written in a task of its own, since
+/// they may be more than a pipe holds.
+fn options_pipe(options: Vec<u8>) -> Result<std::os::fd::OwnedFd, RunError> {
+    use tokio::io::AsyncWriteExt;
+    let cannot = |e: std::io::Error| RunError::Internal(format!("cannot pass the runner's envelope options: {e}"));
+    let (read, write) = std::io::pipe().map_err(cannot)?;
+    let mut write = tokio::net::unix::pipe::Sender::from_owned_fd(std::os::fd::OwnedFd::from(write)).map_err(cannot)?;
+    tokio::spawn(async move {
+        let _ = write.write_all(&options).await;
+    });
+    Ok(read.into())
+}
+
 /// The runner's socket directory, 0700: made if missing; if there, it must be a real
 /// directory of ours or (under root, from an earlier run) the service user's.
 fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
@@ -606,6 +620,10 @@ impl RunManager {
         let envelope = sandboxd.get_runner_envelope(request).await?.into_inner().envelope.unwrap_or_default();
         let enveloped = envelope.backend == SandboxBackend::Native as i32 && !envelope.argv.is_empty();
         let bound = open_bound(&envelope.bound).await?;
+        let mut descriptors: Vec<_> = bound.into_iter().zip(cc_host::FIRST_BOUND_FD..).collect();
+        if enveloped {
+            descriptors.push((options_pipe(envelope.options)?, cc_host::OPTIONS_FD));
+        }
         let (program, args) =
             if enveloped {
                 let argv: Vec<String> =
@@ -641,7 +659,7 @@ impl RunManager {
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
         let user = ServiceUser::when_root();
-        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", user, bound)
+        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", user, descriptors)
             .await
             .map_err(|f| RunError::RunnerUnavailable(format!("the run's runner did not start: {}", f.message)))?;
         let child_pid = child.id().unwrap_or(0);
