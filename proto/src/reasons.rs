@@ -53,6 +53,11 @@ pub const HELPER_NOT_FOUND: &str = "HELPER_NOT_FOUND";
 /// retry, or see `ccctl status`.
 pub const HELPER_UNAVAILABLE: &str = "HELPER_UNAVAILABLE";
 
+/// A helper did not answer within its deadline (metadata `helper`, and
+/// `deadline_ms`): it is overloaded or stopped. What the call asked may or may not have
+/// been done; the supervisor restarts a helper that keeps missing its health checks.
+pub const HELPER_TIMEOUT: &str = "HELPER_TIMEOUT";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -70,6 +75,7 @@ pub const ALL: &[&str] = &[
     BACKEND_UNAVAILABLE,
     HELPER_NOT_FOUND,
     HELPER_UNAVAILABLE,
+    HELPER_TIMEOUT,
 ];
 
 /// A refusal with `reason` and its metadata.
@@ -81,6 +87,15 @@ pub fn refusal(code: Code, message: impl Into<String>, reason: &str, metadata: &
 /// `HELPER_UNAVAILABLE` for `helper`: the one refusal every caller of a helper shares.
 pub fn helper_unavailable(message: impl Into<String>, helper: &str) -> Status {
     refusal(Code::Unavailable, message, HELPER_UNAVAILABLE, &[("helper", helper.to_owned())])
+}
+
+/// `HELPER_TIMEOUT` for `helper`, which did not answer `what` within `deadline`.
+pub fn helper_timeout(helper: &str, what: &str, deadline: std::time::Duration) -> Status {
+    let ms = deadline.as_millis().to_string();
+    let message = format!(
+        "{helper} did not answer {what} within {ms} ms; it is restarted if it keeps missing its health checks (see ccctl helpers)"
+    );
+    refusal(Code::DeadlineExceeded, message, HELPER_TIMEOUT, &[("helper", helper.to_owned()), ("deadline_ms", ms)])
 }
 
 /// The reason of a refusal of ours, with its metadata.

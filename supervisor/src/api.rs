@@ -5,13 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cc_proto::broker::v1::broker_client::BrokerClient;
-use cc_proto::client::PresentSecret;
 use cc_proto::common::v1::{EnvelopeKind, HelperStatus, SandboxBackend};
-use cc_proto::gateway::v1::gateway_client::GatewayClient;
 use cc_proto::reasons;
 use cc_proto::sandboxd::v1 as sb;
-use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::conversations_server::Conversations as ConversationsRpc;
 use cc_proto::supervisor::v1::repositories_server::Repositories;
@@ -21,15 +17,13 @@ use cc_proto::supervisor::v1::workspaces_server::Workspaces;
 use cc_proto::time::timestamp;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
 use crate::channels::{HelperChannels, SandboxdClientWithSecret};
 use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
 use crate::convert;
 use crate::events::EventLog;
-use crate::helpers::{Helper, HelperError, HelperKind, HelperSet, SUPERVISOR_PEER, Snapshot};
+use crate::helpers::{Helper, HelperError, HelperKind, HelperSet, Snapshot};
 use crate::ids::{ConversationId, IdKind, RunId};
 use crate::runs::RunManager;
 use cc_host::probe::ProbeResult;
@@ -76,26 +70,7 @@ impl SupervisorApi {
 
     /// Asks the helper itself, over its socket and with its secret, who it is.
     async fn check_helper(&self, helper: &Helper, pid: u32) -> Result<HelperStatus, String> {
-        let channel = self.channels.channel_to(helper, pid).await.map_err(|e| e.to_string())?;
-        let auth = PresentSecret::new(SUPERVISOR_PEER, &helper.secret());
-        let call = async {
-            let svc = |c: Channel| InterceptedService::new(c, auth.clone());
-            let status = match helper.kind() {
-                HelperKind::Sandboxd => {
-                    SandboxdClient::new(svc(channel)).get_status(sb::GetStatusRequest {}).await?.into_inner().status
-                }
-                HelperKind::Broker => {
-                    use cc_proto::broker::v1::GetStatusRequest;
-                    BrokerClient::new(svc(channel)).get_status(GetStatusRequest {}).await?.into_inner().status
-                }
-                HelperKind::Gateway => {
-                    use cc_proto::gateway::v1::GetStatusRequest;
-                    GatewayClient::new(svc(channel)).get_status(GetStatusRequest {}).await?.into_inner().status
-                }
-            };
-            status.ok_or_else(|| Status::internal("the helper answered without its status"))
-        };
-        match tokio::time::timeout(HELPER_CHECK_TIMEOUT, call).await {
+        match tokio::time::timeout(HELPER_CHECK_TIMEOUT, self.channels.status_of(helper, pid)).await {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(status)) => Err(status.message().to_owned()),
             Err(_) => Err(format!("no answer within {HELPER_CHECK_TIMEOUT:?}")),
@@ -126,6 +101,7 @@ fn helper_info(helper: &Helper, snapshot: Snapshot) -> pb::Helper {
             code: e.code,
             signal: e.signal,
             exit_time: Some(timestamp(e.time_unix_ms)),
+            killed_because: e.killed_because.unwrap_or_default().to_owned(),
         }),
         socket: helper.socket().display().to_string(),
         serving: false,
@@ -332,7 +308,9 @@ impl Sandbox for SupervisorApi {
         &self,
         _request: Request<pb::GetProbeRequest>,
     ) -> Result<Response<pb::GetProbeResponse>, Status> {
-        let probe = self.channels.sandboxd().await?.get_probe(sb::GetProbeRequest {}).await?.into_inner();
+        let mut sandboxd = self.channels.sandboxd().await?;
+        let asked = sandboxd.get_probe(sb::GetProbeRequest {});
+        let probe = self.channels.within(HelperKind::Sandboxd, "GetProbe", asked).await?.into_inner();
         Ok(Response::new(pb::GetProbeResponse { backend: probe.backend, detail: probe.detail }))
     }
 
@@ -364,30 +342,36 @@ impl Sandbox for SupervisorApi {
             // The run's own registration, as its launches see it.
             let live = self.runs.require_live(&RunId::from_wire(run_id))?;
             let request = sb::ExplainEnvelopeRequest { run_id: live.run_id.to_string(), kind: kind as i32, argv };
-            return Ok(respond(sandboxd.explain_envelope(request).await?.into_inner()));
+            let explained =
+                self.channels.within(HelperKind::Sandboxd, "ExplainEnvelope", sandboxd.explain_envelope(request));
+            return Ok(respond(explained.await?.into_inner()));
         }
         let agent = if agent.is_empty() { "default".to_owned() } else { agent };
         let conversation = ConversationId::from_wire(conversation_id);
         let paths = self.blocking(move |c| c.run_paths(&conversation, &agent)).await?;
         let run_id = crate::ids::mint(IdKind::Explanation).map_err(|e| Status::internal(e.to_string()))?;
         let policy = crate::runs::sandbox_policy(&run_id, &paths, None, self.runs.config());
-        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) }).await?;
+        let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) });
+        self.channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // Unregistered however this request ends, a client that goes away included.
-        let cleanup = Unregister(Some((sandboxd.clone(), run_id.clone())));
-        let explained = sandboxd.explain_envelope(sb::ExplainEnvelopeRequest { run_id, kind: kind as i32, argv }).await;
+        let cleanup = Unregister(Some((sandboxd.clone(), run_id.clone(), self.channels.clone())));
+        let request = sb::ExplainEnvelopeRequest { run_id, kind: kind as i32, argv };
+        let explained =
+            self.channels.within(HelperKind::Sandboxd, "ExplainEnvelope", sandboxd.explain_envelope(request)).await;
         drop(cleanup);
         Ok(respond(explained?.into_inner()))
     }
 }
 
 /// Unregisters a throw-away run when dropped.
-struct Unregister(Option<(SandboxdClientWithSecret, String)>);
+struct Unregister(Option<(SandboxdClientWithSecret, String, Arc<HelperChannels>)>);
 
 impl Drop for Unregister {
     fn drop(&mut self) {
-        if let Some((mut client, run_id)) = self.0.take() {
+        if let Some((mut client, run_id, channels)) = self.0.take() {
             tokio::spawn(async move {
-                let _ = client.unregister_run(sb::UnregisterRunRequest { run_id }).await;
+                let unregister = client.unregister_run(sb::UnregisterRunRequest { run_id });
+                let _ = channels.within(HelperKind::Sandboxd, "UnregisterRun", unregister).await;
             });
         }
     }

@@ -5,8 +5,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use cc_proto::broker::v1::broker_client::BrokerClient;
 use cc_proto::client::{self, PresentSecret};
+use cc_proto::common::v1::HelperStatus;
+use cc_proto::gateway::v1::gateway_client::GatewayClient;
 use cc_proto::reasons;
+use cc_proto::sandboxd::v1 as sb;
 use cc_proto::sandboxd::v1::sandboxd_client::SandboxdClient;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
@@ -15,18 +21,54 @@ use tonic::transport::Channel;
 use crate::helpers::{Helper, HelperKind, HelperSet, SUPERVISOR_PEER};
 
 /// How long a call waits for a helper that is starting or restarting.
-const HELPER_START_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const HELPER_START_WAIT: Duration = Duration::from_secs(5);
 
 pub type SandboxdClientWithSecret = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
 
 pub struct HelperChannels {
     helpers: Arc<HelperSet>,
     cache: Mutex<HashMap<HelperKind, (u32, Channel)>>,
+    /// How long any one call to a helper may take.
+    call_deadline: Duration,
 }
 
 impl HelperChannels {
-    pub fn new(helpers: Arc<HelperSet>) -> Self {
-        Self { helpers, cache: Mutex::default() }
+    pub fn new(helpers: Arc<HelperSet>, call_deadline: Duration) -> Self {
+        Self { helpers, cache: Mutex::default(), call_deadline }
+    }
+
+    /// Runs `call` to `helper` within the configured deadline; past it, the call is
+    /// dropped (which cancels it) and fails with `HELPER_TIMEOUT` naming `helper` and
+    /// `what`. A stopped helper, or one lost in a loop, hangs no caller.
+    pub async fn within<T>(
+        &self,
+        helper: HelperKind,
+        what: &str,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        within(helper.name(), what, self.call_deadline, call).await
+    }
+
+    /// Asks the helper process `pid` for its status over its socket, with its secret
+    /// (without a deadline: callers choose theirs).
+    pub async fn status_of(&self, helper: &Helper, pid: u32) -> Result<HelperStatus, Status> {
+        let channel = self.channel_to(helper, pid).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let auth = PresentSecret::new(SUPERVISOR_PEER, &helper.secret());
+        let svc = |c: Channel| InterceptedService::new(c, auth.clone());
+        let status = match helper.kind() {
+            HelperKind::Sandboxd => {
+                SandboxdClient::new(svc(channel)).get_status(sb::GetStatusRequest {}).await?.into_inner().status
+            }
+            HelperKind::Broker => {
+                use cc_proto::broker::v1::GetStatusRequest;
+                BrokerClient::new(svc(channel)).get_status(GetStatusRequest {}).await?.into_inner().status
+            }
+            HelperKind::Gateway => {
+                use cc_proto::gateway::v1::GetStatusRequest;
+                GatewayClient::new(svc(channel)).get_status(GetStatusRequest {}).await?.into_inner().status
+            }
+        };
+        status.ok_or_else(|| Status::internal("the helper answered without its status"))
     }
 
     pub fn helpers(&self) -> &Arc<HelperSet> {
@@ -58,5 +100,19 @@ impl HelperChannels {
             .ok_or_else(|| unavailable("sandboxd is not running; see ccctl helpers".into()))?;
         let channel = self.channel_to(helper, pid).await.map_err(|e| unavailable(e.to_string()))?;
         Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
+    }
+}
+
+/// Runs `call` within `deadline`, or fails with `HELPER_TIMEOUT` naming `helper` (a
+/// helper's name, or "runner") and `what` it was asked.
+pub async fn within<T>(
+    helper: &str,
+    what: &str,
+    deadline: Duration,
+    call: impl Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => result,
+        Err(_) => Err(reasons::helper_timeout(helper, what, deadline)),
     }
 }

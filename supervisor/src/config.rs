@@ -20,6 +20,14 @@
 //! [gate.workspaces]
 //! default = "rules/default.toml"      # a workspace's rules, on top of the global ones
 //!
+//! [deadlines]
+//! helper_call_ms = 5000               # any call to sandboxd, the broker or the gateway
+//! runner_call_ms = 60000              # a file tool call to a run's runner (a search of a big tree)
+//! launch_grace_ms = 5000              # a bash call gets its own timeout plus this, then sandboxd is given up on
+//! health_interval_ms = 2000           # each helper is asked for its status this often
+//! health_timeout_ms = 2000            # an answer later than this is a missed check
+//! health_misses = 3                   # missed in a row: the helper is killed and restarted
+//!
 //! [runs]
 //! bash_timeout_seconds = 120          # a bash call that names no timeout gets this
 //! bash_max_timeout_seconds = 3600     # a call may ask for at most this
@@ -56,6 +64,8 @@ pub struct Config {
     pub gate: GateConfig,
     #[serde(default)]
     pub runs: RunsConfig,
+    #[serde(default)]
+    pub deadlines: Deadlines,
     /// The runner program [default: cc-runner next to cc-supervisor].
     #[serde(default)]
     pub runner: Option<PathBuf>,
@@ -75,6 +85,65 @@ pub struct RunsConfig {
 impl Default for RunsConfig {
     fn default() -> Self {
         Self { bash_timeout_seconds: 120, bash_max_timeout_seconds: 3600, bash_output_cap_bytes: 1 << 20, path: vec![] }
+    }
+}
+
+/// How long the supervisor waits for its helpers: no call between processes waits
+/// without a deadline.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Deadlines {
+    pub helper_call_ms: u64,
+    pub runner_call_ms: u64,
+    pub launch_grace_ms: u64,
+    pub health_interval_ms: u64,
+    pub health_timeout_ms: u64,
+    pub health_misses: u32,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            helper_call_ms: 5_000,
+            runner_call_ms: 60_000,
+            launch_grace_ms: 5_000,
+            health_interval_ms: 2_000,
+            health_timeout_ms: 2_000,
+            health_misses: 3,
+        }
+    }
+}
+
+impl Deadlines {
+    pub fn helper_call(&self) -> Duration {
+        Duration::from_millis(self.helper_call_ms)
+    }
+    pub fn runner_call(&self) -> Duration {
+        Duration::from_millis(self.runner_call_ms)
+    }
+    pub fn launch_grace(&self) -> Duration {
+        Duration::from_millis(self.launch_grace_ms)
+    }
+    pub fn health_interval(&self) -> Duration {
+        Duration::from_millis(self.health_interval_ms)
+    }
+    pub fn health_timeout(&self) -> Duration {
+        Duration::from_millis(self.health_timeout_ms)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let all = [
+            self.helper_call_ms,
+            self.runner_call_ms,
+            self.launch_grace_ms,
+            self.health_interval_ms,
+            self.health_timeout_ms,
+            u64::from(self.health_misses),
+        ];
+        if all.contains(&0) {
+            return Err("[deadlines]: every value must be positive".into());
+        }
+        Ok(())
     }
 }
 
@@ -177,6 +246,7 @@ impl Config {
         if r.ready_timeout_ms == 0 || r.stop_timeout_ms == 0 {
             return Err("[restart]: ready_timeout_ms and stop_timeout_ms must be positive".into());
         }
+        config.deadlines.check()?;
         if config.gate.approval_timeout_ms == 0 {
             return Err("[gate]: approval_timeout_ms must be positive".into());
         }
@@ -261,6 +331,7 @@ mod tests {
             ("color = 1\n", "color"),
             ("[runs]\npath = [\"bin\"]\n", "path entry \"bin\""),
             ("[runs]\npath = [\"/a:/b\"]\n", "without ':'"),
+            ("[deadlines]\nhealth_misses = 0\n", "[deadlines]"),
         ] {
             let err = Config::parse(text).unwrap_err();
             assert!(err.contains(needle), "{text:?} → {err}");

@@ -184,7 +184,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     });
     let restart = config.restart.clone();
     let helpers = Arc::new(HelperSet::start(launches, env)?);
-    let channels = Arc::new(HelperChannels::new(helpers.clone()));
+    let channels = Arc::new(HelperChannels::new(helpers.clone(), config.deadlines.helper_call()));
+    crate::health::watch(channels.clone(), config.deadlines.clone(), events.clone());
     let runs = RunManager::new(RunEnv {
         data: data.clone(),
         store,
@@ -194,6 +195,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         channels: channels.clone(),
         runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
         config: config.runs.clone(),
+        deadlines: config.deadlines.clone(),
         log_format: options.log_format,
         timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
     });

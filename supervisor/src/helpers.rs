@@ -91,18 +91,24 @@ pub struct ExitRecord {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub time_unix_ms: i64,
+    /// Why the supervisor killed it, when it did.
+    pub killed_because: Option<&'static str>,
 }
 
 impl ExitRecord {
-    fn from_status(status: Option<std::process::ExitStatus>) -> Self {
+    fn from_status(status: Option<std::process::ExitStatus>, killed_because: Option<&'static str>) -> Self {
         use std::os::unix::process::ExitStatusExt;
         Self {
             code: status.and_then(|s| s.code()),
             signal: status.and_then(|s| s.signal()),
             time_unix_ms: unix_ms(SystemTime::now()),
+            killed_because,
         }
     }
 }
+
+/// Why a helper that missed its health checks was killed, as `ccctl helpers` says it.
+pub const UNRESPONSIVE: &str = "missed its health checks";
 
 #[derive(Debug, thiserror::Error)]
 pub enum HelperError {
@@ -117,6 +123,11 @@ pub enum HelperError {
 enum Control {
     Restart(oneshot::Sender<Result<u32, String>>),
     Stop(oneshot::Sender<()>),
+    /// Kill process `pid`, which stopped answering, and start it again as after an
+    /// exit (with the backoff and the budget). Ignored when `pid` is no longer serving.
+    KillUnresponsive {
+        pid: u32,
+    },
 }
 
 /// Shared by every helper's supervision task.
@@ -269,6 +280,12 @@ impl HelperSet {
         }
     }
 
+    /// Kills the helper of `kind` if its process is still `pid`: it missed its health
+    /// checks. It is restarted as after an exit.
+    pub async fn kill_unresponsive(&self, kind: HelperKind, pid: u32) {
+        let _ = self.of(kind).control.send(Control::KillUnresponsive { pid }).await;
+    }
+
     /// Stops every helper, last started first, all within `within`. A helper still
     /// running at the deadline is killed when its supervision task is dropped.
     pub async fn stop_all(&self, within: Duration) {
@@ -298,7 +315,19 @@ enum StartReason {
 /// What interrupted a running helper.
 enum Woke {
     Exited(Option<std::process::ExitStatus>),
+    Unresponsive,
     Control(Option<Control>),
+}
+
+/// The next restart or stop request; kill requests are for a process that is no
+/// longer serving, and are dropped.
+async fn next_request(control: &mut mpsc::Receiver<Control>) -> Option<Control> {
+    loop {
+        match control.recv().await {
+            Some(Control::KillUnresponsive { .. }) => continue,
+            other => return other,
+        }
+    }
 }
 
 async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mpsc::Receiver<Control>) {
@@ -313,7 +342,7 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
             s.pid = None;
         });
         let mut serving_since = None;
-        let (pid, status, error) = match launch(&helper, &env).await {
+        let (pid, status, error, killed_because) = match launch(&helper, &env).await {
             Ok(mut child) => {
                 let started = *serving_since.insert(Instant::now());
                 let pid = child.id().unwrap_or(0);
@@ -339,14 +368,20 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                 if let Some(reply) = waiting_restart.take() {
                     let _ = reply.send(Ok(pid));
                 }
-                let woke = tokio::select! {
-                    status = child.wait() => Woke::Exited(status.ok()),
-                    request = control.recv() => Woke::Control(request),
+                let woke = loop {
+                    tokio::select! {
+                        status = child.wait() => break Woke::Exited(status.ok()),
+                        request = control.recv() => match request {
+                            Some(Control::KillUnresponsive { pid: target }) if target == pid => break Woke::Unresponsive,
+                            Some(Control::KillUnresponsive { .. }) => continue,
+                            request => break Woke::Control(request),
+                        },
+                    }
                 };
                 match woke {
                     Woke::Control(request) => {
                         let status = stop_child(&mut child, env.policy.stop_timeout()).await;
-                        record_exit(&helper, &env, pid, status, started.elapsed(), None);
+                        record_exit(&helper, &env, pid, status, started.elapsed(), None, None);
                         previous_pid = Some(pid);
                         match take_request(&helper, request) {
                             Some(reply) => {
@@ -358,18 +393,24 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                             None => return,
                         }
                     }
-                    Woke::Exited(status) => (Some(pid), status, None),
+                    Woke::Exited(status) => (Some(pid), status, None, None),
+                    // A stopped process would not see SIGTERM: it is killed outright.
+                    Woke::Unresponsive => {
+                        child.signal_group(nix::sys::signal::Signal::SIGKILL);
+                        let status = child.wait().await.ok();
+                        (Some(pid), status, None, Some(UNRESPONSIVE))
+                    }
                 }
             }
             Err(failure) => {
                 if let Some(reply) = waiting_restart.take() {
                     let _ = reply.send(Err(failure.message.clone()));
                 }
-                (failure.pid, failure.status, Some(failure.message))
+                (failure.pid, failure.status, Some(failure.message), None)
             }
         };
         let ran_for = serving_since.map_or(Duration::ZERO, |t| t.elapsed());
-        record_exit(&helper, &env, pid.unwrap_or(0), status, ran_for, error);
+        record_exit(&helper, &env, pid.unwrap_or(0), status, ran_for, error, killed_because);
         previous_pid = pid;
 
         let request = match backoff.on_exit(ran_for) {
@@ -380,7 +421,7 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                         reason = StartReason::AfterExit;
                         continue;
                     }
-                    request = control.recv() => request,
+                    request = next_request(&mut control) => request,
                 }
             }
             NextStart::GiveUp => {
@@ -391,7 +432,7 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                     &subject,
                     json!({ "restarts": restarts, "reason": "exited too often in a row; restart it with `ccctl helpers restart`" }),
                 );
-                control.recv().await
+                next_request(&mut control).await
             }
         };
         match take_request(&helper, request) {
@@ -416,7 +457,8 @@ fn take_request(helper: &Helper, request: Option<Control>) -> Option<oneshot::Se
             let _ = reply.send(());
             None
         }
-        None => {
+        // Never passed here (see next_request); a stop is the safe reading.
+        Some(Control::KillUnresponsive { .. }) | None => {
             helper.update(|s| s.state = HelperState::Stopped);
             None
         }
@@ -430,8 +472,9 @@ fn record_exit(
     status: Option<std::process::ExitStatus>,
     ran_for: Duration,
     error: Option<String>,
+    killed_because: Option<&'static str>,
 ) {
-    let exit = ExitRecord::from_status(status);
+    let exit = ExitRecord::from_status(status, killed_because);
     // A helper that died cannot remove its socket; a stale one would only mislead.
     cc_proto::socket::remove_socket(&helper.launch.socket);
     helper.update(|s| {
@@ -446,6 +489,9 @@ fn record_exit(
     });
     if let Some(error) = error {
         payload["error"] = error.into();
+    }
+    if let Some(why) = killed_because {
+        payload["killed_because"] = why.into();
     }
     env.events.record("helper_exited", &helper.subject(), payload);
 }

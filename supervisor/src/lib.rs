@@ -14,6 +14,7 @@ pub mod convert;
 pub mod daemon;
 pub mod events;
 pub mod gate;
+pub mod health;
 pub mod helpers;
 pub mod ids;
 pub mod lock;

@@ -516,3 +516,39 @@ fn a_call_in_flight_when_sandboxd_dies_names_it() {
     let again = f.tool(&run, &["bash", "--", "echo again"]);
     assert_eq!(text(&again).0, "again\n", "{}", text(&again).1);
 }
+
+/// Issue 18, item 2: no call to a helper waits without a deadline. A SIGSTOPped
+/// sandboxd fails a bash call at its deadline, naming sandboxd, and then misses its
+/// health checks: the supervisor kills it and starts another, `ccctl helpers` says
+/// why, and the run's next bash works.
+#[test]
+fn a_stopped_sandboxd_fails_the_call_at_its_deadline_and_is_restarted() {
+    let config =
+        "[deadlines]\nhelper_call_ms = 1000\nhealth_interval_ms = 200\nhealth_timeout_ms = 500\nhealth_misses = 3\n";
+    let f = fixture(Some(config));
+    let run = f.start_run("chat");
+    assert_eq!(text(&f.tool(&run, &["bash", "--", "echo before"])).0, "before\n");
+    let sandboxd = f.sup.helper_pids().into_iter().find(|(name, _)| name == "sandboxd").unwrap().1;
+    let stopped = nix::unistd::Pid::from_raw(sandboxd as i32);
+    nix::sys::signal::kill(stopped, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let asked = std::time::Instant::now();
+    let out = f.tool(&run, &["bash", "--", "echo stopped"]);
+    let took = asked.elapsed();
+    let err = text(&out).1;
+    assert!(!out.status.success(), "a stopped sandboxd ran the command?");
+    // At the call's deadline (1 s), or sooner if the health checks have already
+    // killed it: either way the message names sandboxd, in one line.
+    assert!(err.starts_with("ccctl: sandboxd "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(took < Duration::from_secs(5), "the call waited {took:?}");
+
+    f.sup.await_event(Duration::from_secs(10), |e| e.kind == "helper_unresponsive" && e.subject == "helper:sandboxd");
+    f.sup.await_event(Duration::from_secs(10), |e| e.kind == "helper_restarted" && e.subject == "helper:sandboxd");
+    let helpers = f.sup.ccctl_json(&["helpers"]);
+    let entry = helpers.as_array().unwrap().iter().find(|h| h["name"] == "sandboxd").unwrap().clone();
+    assert_eq!(entry["last_exit"]["killed_because"], "missed its health checks", "{entry}");
+    assert_eq!(entry["last_exit"]["signal"], 9, "{entry}");
+    assert!(!Path::new(&format!("/proc/{sandboxd}")).exists(), "the stopped sandboxd is gone");
+    let again = f.tool(&run, &["bash", "--", "echo again"]);
+    assert_eq!(text(&again).0, "again\n", "{}", text(&again).1);
+}

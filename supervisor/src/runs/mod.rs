@@ -147,6 +147,7 @@ pub struct RunEnv {
     pub channels: Arc<HelperChannels>,
     pub runner_program: PathBuf,
     pub config: RunsConfig,
+    pub deadlines: crate::config::Deadlines,
     pub log_format: LogFormat,
     /// For the runner's handshake and its stop.
     pub timeouts: ProcessTimeouts,
@@ -420,8 +421,10 @@ impl RunManager {
 
     /// Registers a live run with sandboxd again (sandboxd restarted and lost it).
     pub async fn reregister(&self, run: &LiveRun) -> Result<(), RunError> {
-        let mut sandboxd = self.env.channels.sandboxd().await?;
-        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(run.policy.clone()) }).await?;
+        let channels = &self.env.channels;
+        let mut sandboxd = channels.sandboxd().await?;
+        let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(run.policy.clone()) });
+        channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         Ok(())
     }
 
@@ -435,6 +438,10 @@ impl RunManager {
 
     pub fn events(&self) -> &Arc<EventLog> {
         &self.env.events
+    }
+
+    pub fn deadlines(&self) -> &crate::config::Deadlines {
+        &self.env.deadlines
     }
 
     pub fn channels(&self) -> &Arc<HelperChannels> {
@@ -517,9 +524,11 @@ impl RunManager {
                 })?;
         }
 
-        let mut sandboxd = self.env.channels.sandboxd().await?;
+        let channels = self.env.channels.clone();
+        let mut sandboxd = channels.sandboxd().await?;
         let policy = sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config);
-        sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) }).await?;
+        let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) });
+        channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // runner_roots has checked that the run's paths are UTF-8.
         let home = paths.agent_work.to_string_lossy().into_owned();
         let run = RunRecord {
@@ -537,7 +546,8 @@ impl RunManager {
             end_reason: None,
         };
         if let Err(e) = self.env.store.insert_run(&run) {
-            let _ = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.clone() }).await;
+            let unregister = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.clone() });
+            let _ = channels.within(HelperKind::Sandboxd, "UnregisterRun", unregister).await;
             return Err(RunError::Internal(format!("cannot record the run: {e}")));
         }
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -617,7 +627,9 @@ impl RunManager {
             run_id: id.to_owned(),
             runner_program: path_bytes(&self.env.runner_program),
         };
-        let envelope = sandboxd.get_runner_envelope(request).await?.into_inner().envelope.unwrap_or_default();
+        let asked = sandboxd.get_runner_envelope(request);
+        let envelope = self.env.channels.within(HelperKind::Sandboxd, "GetRunnerEnvelope", asked).await?;
+        let envelope = envelope.into_inner().envelope.unwrap_or_default();
         let enveloped = envelope.backend == SandboxBackend::Native as i32 && !envelope.argv.is_empty();
         let bound = open_bound(&envelope.bound).await?;
         let mut descriptors: Vec<_> = bound.into_iter().zip(cc_host::FIRST_BOUND_FD..).collect();
@@ -715,12 +727,15 @@ impl RunManager {
         }
         let live = self.lock().remove(run_id);
         // sandboxd kills whatever of the run still runs (bash calls and their children).
-        let killed = match self.env.channels.sandboxd().await {
-            Ok(mut sandboxd) => sandboxd
-                .unregister_run(sb::UnregisterRunRequest { run_id: id.to_owned() })
-                .await
-                .map(|r| r.into_inner().killed)
-                .unwrap_or(0),
+        let channels = &self.env.channels;
+        let killed = match channels.sandboxd().await {
+            Ok(mut sandboxd) => {
+                let unregister = sandboxd.unregister_run(sb::UnregisterRunRequest { run_id: id.to_owned() });
+                channels
+                    .within(HelperKind::Sandboxd, "UnregisterRun", unregister)
+                    .await
+                    .map_or(0, |r| r.into_inner().killed)
+            }
             Err(_) => 0,
         };
         if let Some(live) = &live {

@@ -228,7 +228,9 @@ impl RunManager {
             None => return Err(RunError::BadRequest("the call names no tool".into())),
         };
         let mut runner = run.ready_runner().await?;
-        match runner.call_tool(rn::CallToolRequest { tool: Some(tool) }).await {
+        let deadline = self.deadlines().runner_call();
+        let called = runner.call_tool(rn::CallToolRequest { tool: Some(tool) });
+        match crate::channels::within("runner", "CallTool", deadline, called).await {
             Ok(response) => Ok(one(Event::Result(response.into_inner().result.unwrap_or_default()))),
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
                 self.events().record(
@@ -238,7 +240,12 @@ impl RunManager {
                 );
                 Err(RunError::Helper(status))
             }
-            Err(status) if matches!(status.code(), tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument) => {
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument | tonic::Code::DeadlineExceeded
+                ) =>
+            {
                 Err(RunError::Helper(status))
             }
             Err(status) => Err(RunError::RunnerUnavailable(format!(
@@ -264,7 +271,7 @@ impl RunManager {
             t => t,
         };
         let cap = config.bash_output_cap_bytes;
-        let mut sandboxd = self.channels().sandboxd().await?;
+        let sandboxd = self.channels().sandboxd().await?;
         let request = sb::LaunchRequest {
             run_id: run.record.id.clone(),
             kind: EnvelopeKind::HarnessBash as i32,
@@ -273,7 +280,17 @@ impl RunManager {
         };
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);
-        let mut attempt = sandboxd.launch(request.clone()).await;
+        let channels = self.channels().clone();
+        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret, request| {
+            let channels = channels.clone();
+            async move { channels.within(crate::helpers::HelperKind::Sandboxd, "Launch", sandboxd.launch(request)).await }
+        };
+        // sandboxd ends the command at its timeout; past that and a grace, sandboxd
+        // itself is given up on (the stream is dropped, which kills the command if
+        // sandboxd still can).
+        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
+        let deadline = tokio::time::Instant::now() + deadline_after;
+        let mut attempt = launching(sandboxd, request.clone()).await;
         // A sandboxd that restarted since the run started, before the run was registered
         // with it again: register it now and launch once more.
         if let Err(status) = &attempt
@@ -281,7 +298,7 @@ impl RunManager {
             && self.live_run(&run.run_id).is_some()
         {
             self.reregister(run).await?;
-            attempt = self.channels().sandboxd().await?.launch(request).await;
+            attempt = launching(self.channels().sandboxd().await?, request).await;
         }
         let mut launched = match attempt {
             Ok(launched) => launched.into_inner(),
@@ -314,6 +331,12 @@ impl RunManager {
                 let next = tokio::select! {
                     next = launched.next() => next,
                     _ = tx.closed() => return,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        let what = "the command's end (its timeout passed)";
+                        let late = cc_proto::reasons::helper_timeout("sandboxd", what, deadline_after);
+                        let _ = tx.send(Err(late)).await;
+                        return;
+                    }
                 };
                 let event = match next {
                     None if exited => break,

@@ -58,16 +58,29 @@ fn state_name(state: i32) -> &'static str {
 fn exit_text(exit: Option<&pb::ExitStatus>) -> String {
     match exit {
         None => "-".into(),
-        Some(e) => match (e.code, e.signal) {
-            (Some(code), _) => format!("code {code}"),
-            (None, Some(signal)) => format!("signal {signal}"),
-            (None, None) => "did not start".into(),
-        },
+        Some(e) => {
+            let how = match (e.code, e.signal) {
+                (Some(code), _) => format!("code {code}"),
+                (None, Some(signal)) => format!("signal {signal}"),
+                (None, None) => "did not start".into(),
+            };
+            match e.killed_because.as_str() {
+                "" => how,
+                why => format!("{how} ({why})"),
+            }
+        }
     }
 }
 
 fn exit_json(exit: Option<&pb::ExitStatus>) -> Value {
-    exit.map_or(Value::Null, |e| json!({ "code": e.code, "signal": e.signal, "time": time(e.exit_time.as_ref()) }))
+    exit.map_or(Value::Null, |e| {
+        json!({
+            "code": e.code,
+            "signal": e.signal,
+            "time": time(e.exit_time.as_ref()),
+            "killed_because": (!e.killed_because.is_empty()).then_some(&e.killed_because),
+        })
+    })
 }
 
 fn helper_json(h: &pb::Helper, live: bool) -> Value {
