@@ -2,12 +2,15 @@
 //! its own so that the supervisor does not link sandboxd's envelope builder:
 //!
 //! * [`probe`]: the sandbox backend probe (a real test launch) and the person's choice;
+//! * [`cgroup`]: per-run resource limits (cgroup v2 or v1);
 //! * [`beneath`]: reaching inside a directory tree an agent controls without following
 //!   its links;
 //! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`], [`OPTIONS_FD`]: facts both sides must agree on.
-#![forbid(unsafe_code)]
+// Denied rather than forbidden: `cgroup::join` alone allows it, for its pre-exec hook.
+#![deny(unsafe_code)]
 
 pub mod beneath;
+pub mod cgroup;
 pub mod probe;
 
 /// The unprivileged user every launch, runner and provisioned copy belongs to when the

@@ -163,7 +163,15 @@ impl Envelope<'_> {
         for dir in &self.system.secret_dirs {
             a.flag("--tmpfs").arg(dir).flag("--remount-ro").arg(dir);
         }
-        a.flag("--proc").arg("/proc").flag("--dev").arg("/dev").flag("--tmpfs").arg("/tmp").flag("--tmpfs").arg("/run");
+        a.flag("--proc").arg("/proc").flag("--dev").arg("/dev");
+        // Each tmpfs is memory: sized, so that a full /tmp is a full disk to the
+        // command rather than the host's memory (cgroup or not).
+        for dir in ["/tmp", "/run"] {
+            if self.policy.limits.tmp_size_bytes > 0 {
+                a.flag("--size").arg(self.policy.limits.tmp_size_bytes.to_string());
+            }
+            a.flag("--tmpfs").arg(dir);
+        }
 
         // The kind's roots, then, last, everything inside them that must stay read-only.
         let (writable, readonly) = roots(self.policy, self.kind);
@@ -250,6 +258,9 @@ impl Envelope<'_> {
         a.flag("--chdir").arg(&self.policy.work_dir);
         let mut init = Args::default();
         init.arg(INIT_INSIDE);
+        if self.policy.limits.open_files_max > 0 {
+            init.flag("--nofile").arg(self.policy.limits.open_files_max.to_string());
+        }
 
         if self.kind == Kind::Runner {
             // The runner serves its own socket, and nothing else: it needs AF_UNIX,
@@ -354,6 +365,7 @@ mod tests {
             runner_socket_dir: Some("/d/conversations/c1/sock".into()),
             shared_git: vec![],
             identities: vec![],
+            limits: Default::default(),
         }
     }
 

@@ -1,5 +1,6 @@
-//! Our init: PID 1 inside every native envelope (`cc-init [--bridge PORT=SOCKET]…
-//! [--allow-unix] [--check-ro PATH]… [--check-rw PATH]… (-- CMD… | --command-stdin)`).
+//! Our init: PID 1 inside every native envelope (`cc-init [--nofile N]
+//! [--bridge PORT=SOCKET]… [--allow-unix] [--check-ro PATH]… [--check-rw PATH]…
+//! (-- CMD… | --command-stdin)`).
 //!
 //! In order:
 //! 0. check that every path bound inside the run's roots is where it must be: reached
@@ -7,7 +8,8 @@
 //!    bubblewrap mounts exactly the descriptors sandboxd opened, but places each by
 //!    path; a directory swapped for a link at that instant would put a protection
 //!    somewhere else. Then the command does not run;
-//! 1. set `no_new_privs`;
+//! 1. set the rlimits everything inside inherits (no core files, `--nofile`), then
+//!    `no_new_privs`;
 //! 2. block the signals it forwards (every thread it starts inherits the mask);
 //! 3. install the seccomp filter on ourselves, so that the command inherits it (or
 //!    refuse to run the command at all: fail closed). With bridges it comes in two
@@ -47,6 +49,18 @@ fn fail(message: String) -> ExitCode {
     ExitCode::from(SETUP_FAILED)
 }
 
+/// The rlimits everything in the envelope inherits, soft and hard alike, so that no
+/// process inside can raise them again: no core files (a core holds the memory of
+/// whatever crashed, secrets included), and at most `nofile` open files.
+fn set_limits(nofile: Option<u64>) -> nix::Result<()> {
+    use nix::sys::resource::{Resource, setrlimit};
+    setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
+    if let Some(n) = nofile {
+        setrlimit(Resource::RLIMIT_NOFILE, n, n)?;
+    }
+    Ok(())
+}
+
 /// `PORT=SOCKET` pairs.
 fn parse_bridges<'a>(args: impl Iterator<Item = &'a OsString>) -> Result<Vec<(u16, PathBuf)>, String> {
     args.map(|a| {
@@ -73,6 +87,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let mut allow_unix = false;
     let mut command_stdin = false;
     let mut checks: Vec<(PathBuf, bool)> = Vec::new();
+    let mut nofile: Option<u64> = None;
     let mut options = options.iter();
     while let Some(option) = options.next() {
         match option.to_str() {
@@ -81,6 +96,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
             Some("--bridge") if let Some(value) = options.next() => bridge_args.push(value.clone()),
             Some("--check-ro") if let Some(path) = options.next() => checks.push((PathBuf::from(path), true)),
             Some("--check-rw") if let Some(path) = options.next() => checks.push((PathBuf::from(path), false)),
+            Some("--nofile") if let Some(n) = options.next().and_then(|n| n.to_str()?.parse().ok()) => nofile = Some(n),
             _ => return fail(format!("unknown option {}", option.to_string_lossy())),
         }
     }
@@ -98,12 +114,15 @@ pub fn main(args: &[OsString]) -> ExitCode {
         (None, true) => None,
         _ => {
             return fail(
-                "usage: cc-init [--bridge PORT=SOCKET]… [--allow-unix] [--check-ro PATH]… [--check-rw PATH]… \
+                "usage: cc-init [--nofile N] [--bridge PORT=SOCKET]… [--allow-unix] [--check-ro PATH]… [--check-rw PATH]… \
                  (-- COMMAND [ARGS…] | --command-stdin)"
                     .into(),
             );
         }
     };
+    if let Err(e) = set_limits(nofile) {
+        return fail(format!("cannot set the envelope's rlimits: {e}"));
+    }
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
         return fail(format!("cannot set no_new_privs: {e}"));
     }

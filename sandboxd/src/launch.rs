@@ -390,7 +390,8 @@ impl Launcher {
                     None => {
                         let command = spawn::Command::Now(&envelope.command);
                         let user = service_user(&p.policy);
-                        let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user)
+                        let cgroup = &p.policy.limits.cgroup_procs;
+                        let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user, cgroup)
                             .map_err(LaunchError::CannotStart)?;
                         self.runs.add_or_refuse(&run_id, s.group)?;
                         (s.child, s.group)
@@ -490,6 +491,8 @@ impl Launcher {
         run_id: &str,
     ) -> Result<(tokio::process::Child, u32), LaunchError> {
         c.env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
+        let cgroup = cc_host::cgroup::open_procs(&p.policy.limits.cgroup_procs).map_err(LaunchError::CannotStart)?;
+        cc_host::cgroup::join::join_on_exec(c.as_std_mut(), cgroup);
         if let Some(user) = service_user(&p.policy) {
             c.uid(user.uid).gid(user.gid);
         }
@@ -535,7 +538,8 @@ impl Launcher {
             return;
         }
         // Here, on a runtime thread, not in the blocking closure: see spawn::bubblewrap.
-        match spawn::bubblewrap(program, &envelope, bound, spawn::Command::Later, service_user(&p.policy)) {
+        let (user, cgroup) = (service_user(&p.policy), &p.policy.limits.cgroup_procs);
+        match spawn::bubblewrap(program, &envelope, bound, spawn::Command::Later, user, cgroup) {
             // Unwanted by now, it comes back and is killed.
             Ok(started) => drop(sender.send(Warm::new(key, started))),
             Err(e) => tracing::debug!(run = %crate::short(&run_id), error = %e, "cannot make the next envelope"),

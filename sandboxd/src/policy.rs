@@ -30,6 +30,19 @@ pub struct RunPolicy {
     /// launch: a root replaced by a symlink (or moved) since is refused. The shared
     /// git directories count as roots here.
     pub identities: Vec<(PathBuf, (u64, u64))>,
+    /// What bounds every envelope of the run.
+    pub limits: EnvelopeLimits,
+}
+
+/// What bounds every envelope of a run (see the proto).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvelopeLimits {
+    /// The run's `cgroup.procs` files, each checked to be one under /sys/fs/cgroup.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// The /tmp and /run tmpfs size; 0: unbounded.
+    pub tmp_size_bytes: u64,
+    /// RLIMIT_NOFILE; 0: inherited.
+    pub open_files_max: u64,
 }
 
 /// A git directory that a git-worktree conversation's worktrees share with the
@@ -72,6 +85,8 @@ pub enum PolicyError {
     Changed { path: PathBuf },
     #[error("shared git directory {worktree} must be a worktree directory of {common} (<common>/worktrees/<name>)")]
     NotAWorktreeOf { common: PathBuf, worktree: PathBuf },
+    #[error("cgroup file {0:?} is not a cgroup.procs file under /sys/fs/cgroup")]
+    NotACgroup(String),
 }
 
 fn path_of(field: &'static str, bytes: &[u8]) -> Result<Option<PathBuf>, PolicyError> {
@@ -194,6 +209,20 @@ impl RunPolicy {
             Ok(Some(path))
         };
         let work_dir = root("work_dir", &p.work_dir)?.ok_or(PolicyError::NoWorkDir)?;
+        let limits = p.limits.clone().unwrap_or_default();
+        let mut cgroup_procs = Vec::new();
+        for bytes in &limits.cgroup_procs {
+            let path = Path::new(std::ffi::OsStr::from_bytes(bytes));
+            if !cc_host::cgroup::parse::is_procs_file(path) {
+                return Err(PolicyError::NotACgroup(String::from_utf8_lossy(bytes).chars().take(200).collect()));
+            }
+            cgroup_procs.push(path.to_owned());
+        }
+        let limits = EnvelopeLimits {
+            cgroup_procs,
+            tmp_size_bytes: limits.tmp_size_bytes,
+            open_files_max: limits.open_files_max,
+        };
         Ok(Self {
             run_id: p.run_id.clone(),
             bridges,
@@ -207,6 +236,7 @@ impl RunPolicy {
             env: p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             shared_git,
             identities,
+            limits,
         })
     }
 

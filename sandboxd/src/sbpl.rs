@@ -188,6 +188,7 @@ mod tests {
             runner_socket_dir: None,
             shared_git: vec![],
             identities: vec![],
+            limits: Default::default(),
         }
     }
 

@@ -202,6 +202,7 @@ mod tests {
             runner_socket_dir: None,
             shared_git: vec![],
             identities: vec![],
+            limits: Default::default(),
         };
         let argv = [OsString::from("/bin/sh"), OsString::from("-c"), OsString::from("true")];
         let args = envelope_args(&policy, Kind::HarnessBash, &[], Some(Path::new("/Users/me")), &data, &argv).unwrap();

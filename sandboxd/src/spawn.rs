@@ -77,6 +77,7 @@ pub fn bubblewrap(
     bound: Vec<OwnedFd>,
     command: Command<'_>,
     user: Option<cc_host::ServiceUser>,
+    cgroup: &[std::path::PathBuf],
 ) -> std::io::Result<Started> {
     if bound.len() != envelope.bound.len() {
         return Err(std::io::Error::other("a descriptor for every path bound by descriptor is needed"));
@@ -95,6 +96,8 @@ pub fn bubblewrap(
     c.fd_mappings(mappings).map_err(|e| std::io::Error::other(e.to_string()))?;
     // bubblewrap sets the environment and the directory inside (--setenv, --chdir).
     c.env_clear();
+    // Into the run's cgroup before bubblewrap execs: all it starts is counted there.
+    cc_host::cgroup::join::join_on_exec(c.as_std_mut(), cc_host::cgroup::open_procs(cgroup)?);
     // As root, every launch runs as the run's unprivileged user (bubblewrap then
     // relies on unprivileged user namespaces, as it does for a user's supervisor).
     if let Some(cc_host::ServiceUser { uid, gid }) = user {

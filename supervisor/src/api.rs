@@ -141,6 +141,7 @@ impl System for SupervisorApi {
             backend_line: self.probe.line(),
             helpers,
             start_time: Some(timestamp(self.started_unix_ms)),
+            limits_line: self.runs.enforcement().line(),
         }))
     }
 
@@ -311,7 +312,8 @@ impl Sandbox for SupervisorApi {
         let mut sandboxd = self.channels.sandboxd().await?;
         let asked = sandboxd.get_probe(sb::GetProbeRequest {});
         let probe = self.channels.within(HelperKind::Sandboxd, "GetProbe", asked).await?.into_inner();
-        Ok(Response::new(pb::GetProbeResponse { backend: probe.backend, detail: probe.detail }))
+        let limits = self.runs.enforcement().describe();
+        Ok(Response::new(pb::GetProbeResponse { backend: probe.backend, detail: probe.detail, limits }))
     }
 
     async fn explain_envelope(
@@ -350,7 +352,10 @@ impl Sandbox for SupervisorApi {
         let conversation = ConversationId::from_wire(conversation_id);
         let paths = self.blocking(move |c| c.run_paths(&conversation, &agent)).await?;
         let run_id = crate::ids::mint(IdKind::Explanation).map_err(|e| Status::internal(e.to_string()))?;
-        let policy = crate::runs::sandbox_policy(&run_id, &paths, None, self.runs.config());
+        let config = self.runs.config();
+        let limits = crate::runs::limits::RunLimits::from_config(&config.limits);
+        let limits = crate::runs::envelope_limits(&limits, None);
+        let policy = crate::runs::sandbox_policy(&run_id, &paths, None, config, limits);
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) });
         self.channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // Unregistered however this request ends, a client that goes away included.

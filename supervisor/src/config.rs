@@ -33,6 +33,14 @@
 //! bash_max_timeout_seconds = 3600     # a call may ask for at most this
 //! bash_output_cap_bytes = 1048576     # stdout + stderr of one call; over it, the command is killed
 //! path = ["/opt/tools/bin"]           # added to PATH in envelopes, after the system's program dirs
+//!
+//! [runs.limits]                       # per run: its runner and every launch together
+//! pids_max = 1024                     # processes and threads at once
+//! memory_max_mb = 2048                # memory, swap included; over it the OOM killer ends a process of the run
+//! cpu_weight = 100                    # 1–10000, 100 is an even share
+//! cpu_max_percent = 0                 # cap in percent of one CPU (200: two CPUs); 0: none
+//! tmp_size_mb = 512                   # each envelope's /tmp (and /run)
+//! open_files_max = 4096               # RLIMIT_NOFILE in every envelope
 //! ```
 
 use std::collections::BTreeMap;
@@ -80,11 +88,44 @@ pub struct RunsConfig {
     /// Directories added to PATH inside envelopes, after the system's program
     /// directories (the host's PATH never passes).
     pub path: Vec<PathBuf>,
+    pub limits: LimitsConfig,
 }
 
 impl Default for RunsConfig {
     fn default() -> Self {
-        Self { bash_timeout_seconds: 120, bash_max_timeout_seconds: 3600, bash_output_cap_bytes: 1 << 20, path: vec![] }
+        Self {
+            bash_timeout_seconds: 120,
+            bash_max_timeout_seconds: 3600,
+            bash_output_cap_bytes: 1 << 20,
+            path: vec![],
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+/// Every run's limits unless its start overrides them. The defaults leave a 2-core,
+/// 8 GiB laptop standing with a few runs at their limits at once.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub pids_max: u64,
+    pub memory_max_mb: u64,
+    pub cpu_weight: u32,
+    pub cpu_max_percent: u32,
+    pub tmp_size_mb: u64,
+    pub open_files_max: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            pids_max: 1024,
+            memory_max_mb: 2048,
+            cpu_weight: 100,
+            cpu_max_percent: 0,
+            tmp_size_mb: 512,
+            open_files_max: 4096,
+        }
     }
 }
 
@@ -257,6 +298,8 @@ impl Config {
         if let Some(bad) = runs.path.iter().find(|p| !p.is_absolute() || p.to_str().is_none_or(|s| s.contains(':'))) {
             return Err(format!("[runs]: path entry {:?} must be an absolute UTF-8 path without ':'", bad.display()));
         }
+        crate::runs::limits::check(&crate::runs::limits::RunLimits::from_config(&runs.limits))
+            .map_err(|e| format!("[runs.limits]: {e}"))?;
         if runs.bash_output_cap_bytes == 0 {
             return Err("[runs]: bash_output_cap_bytes must be positive".into());
         }
@@ -332,6 +375,8 @@ mod tests {
             ("[runs]\npath = [\"bin\"]\n", "path entry \"bin\""),
             ("[runs]\npath = [\"/a:/b\"]\n", "without ':'"),
             ("[deadlines]\nhealth_misses = 0\n", "[deadlines]"),
+            ("[runs.limits]\npids_max = 3\n", "pids_max"),
+            ("[runs.limits]\ncpu_weight = 0\n", "cpu_weight"),
         ] {
             let err = Config::parse(text).unwrap_err();
             assert!(err.contains(needle), "{text:?} → {err}");

@@ -40,6 +40,7 @@ use crate::runs::service::RunsService;
 use crate::runs::{RunEnv, RunManager};
 use crate::sd_notify;
 use crate::store::{Store, StoreError};
+use cc_host::cgroup::Enforcement;
 use cc_host::probe::{self, Backend, SandboxChoice};
 
 /// How long open client streams may delay shutdown.
@@ -138,6 +139,24 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     }
     say(&probe.line());
 
+    // 5b. Run limits: the cgroup each run gets, or why there is none, said on the
+    //     startup line (never a silent fallback). Before the helpers start: under cgroup
+    //     v2 the supervisor moves into a leaf of its cgroup first. Run cgroups that a
+    //     killed supervisor left are swept, with whatever is still in them.
+    let instance = instance_name(data.root());
+    let (enforcement, swept) = tokio::task::spawn_blocking(move || {
+        let enforcement = Enforcement::set_up(&instance);
+        let swept = enforcement.sweep();
+        (enforcement, swept)
+    })
+    .await
+    .map_err(|e| StartError::Api(format!("cannot set up run limits: {e}")))?;
+    if swept > 0 {
+        tracing::warn!(swept, "removed run cgroups that a previous supervisor left");
+    }
+    say(&enforcement.line());
+    let enforcement = Arc::new(enforcement);
+
     // 6. The client socket, before the helpers, so that clients can watch start-up.
     socket::prepare_private_dir(&data.sock_dir())?;
     let api_socket = data.api_socket();
@@ -195,6 +214,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         channels: channels.clone(),
         runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
         config: config.runs.clone(),
+        enforcement: enforcement.clone(),
         deadlines: config.deadlines.clone(),
         log_format: options.log_format,
         timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
@@ -289,11 +309,22 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     // Runs before helpers: a run's end unregisters it from sandboxd.
     runs.stop_all(RUNS_STOP).await;
     helpers.stop_all(HELPERS_STOP).await;
+    enforcement.tear_down();
     events.record("supervisor_stopped", "supervisor", json!({ "pid": std::process::id() }));
     match served {
         Some(Ok(Err(e))) => Err(e.into()),
         _ => Ok(()),
     }
+}
+
+/// Names this data dir among the supervisors of one host, for its cgroup v1 directory:
+/// the same on every start, so that a start finds what the last one left.
+fn instance_name(data: &Path) -> String {
+    use std::hash::Hasher;
+    use std::os::unix::ffi::OsStrExt;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(data.as_os_str().as_bytes());
+    format!("{:016x}", hasher.finish())
 }
 
 fn default_helper_dir() -> std::io::Result<PathBuf> {

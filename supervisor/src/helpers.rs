@@ -524,22 +524,33 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<GroupChild, Launc
         options: launch.options.clone(),
     };
     let timeouts = ProcessTimeouts { ready: env.policy.ready_timeout(), stop: env.policy.stop_timeout() };
-    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.kind.name(), None, vec![]).await
+    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.kind.name(), ProcessStart::default())
+        .await
+}
+
+/// What a helper-protocol process starts with besides its bootstrap.
+#[derive(Default)]
+pub(crate) struct ProcessStart {
+    /// Who it runs as (the service user, for a runner under root).
+    pub user: Option<ServiceUser>,
+    /// Each descriptor with the number it gets in the process (a runner's envelope: its
+    /// options as 3, the paths it binds by descriptor as 4, 5, …); nothing else but its
+    /// stdio passes.
+    pub descriptors: Vec<(std::os::fd::OwnedFd, i32)>,
+    /// The `cgroup.procs` files it joins before it execs (a runner: its run's).
+    pub cgroup: Vec<std::os::fd::OwnedFd>,
 }
 
 /// Spawns a helper-protocol process (a helper or a run's runner): it says HELLO, gets
 /// `bootstrap` on stdin, and must say READY within `ready`; `stop` is the grace a
-/// failed start gets before SIGKILL. `descriptors`: each descriptor with the number it
-/// gets in the process (a runner's envelope: its options as 3, the paths it binds by
-/// descriptor as 4, 5, …); nothing else but its stdio passes.
+/// failed start gets before SIGKILL.
 pub(crate) async fn start_process(
     program: &std::path::Path,
     args: &[String],
     bootstrap: &Bootstrap,
     ProcessTimeouts { ready, stop }: ProcessTimeouts,
     name: &'static str,
-    user: Option<ServiceUser>,
-    descriptors: Vec<(std::os::fd::OwnedFd, i32)>,
+    ProcessStart { user, descriptors, cgroup }: ProcessStart,
 ) -> Result<GroupChild, LaunchFailure> {
     let mut command = Command::new(program);
     if !descriptors.is_empty() {
@@ -551,6 +562,7 @@ pub(crate) async fn start_process(
             message: format!("cannot pass descriptors to {}: {e}", program.display()),
         })?;
     }
+    cc_host::cgroup::join::join_on_exec(command.as_std_mut(), cgroup);
     if let Some(ServiceUser { uid, gid }) = user {
         command.uid(uid).gid(gid).current_dir("/");
     }

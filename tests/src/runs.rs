@@ -100,3 +100,29 @@ impl Fixture {
         dir
     }
 }
+
+/// The cgroup directories of run `run` on this host (cgroup v1, where the tests run
+/// as root): `<our cgroup>/cc-<instance>/<run>` in each hierarchy that has it. The
+/// supervisor under test is in our cgroups, since we started it.
+pub fn run_cgroups(run: &str) -> Vec<PathBuf> {
+    let ours = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut found = Vec::new();
+    for controller in ["pids", "memory", "cpu", "cpuacct"] {
+        let Some(path) = ours.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers.split(',').any(|c| c == controller).then(|| path.to_owned())
+        }) else {
+            continue;
+        };
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/{controller}{path}"));
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let candidate = entry.path().join(run);
+            if entry.file_name().to_string_lossy().starts_with("cc-") && candidate.is_dir() {
+                found.push(candidate);
+            }
+        }
+    }
+    found
+}

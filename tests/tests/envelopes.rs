@@ -83,6 +83,7 @@ fn policy(w: &World) -> pb::RunPolicy {
         bridges: vec![],
         runner_socket_dir: vec![],
         shared_git: vec![],
+        limits: Some(pb::EnvelopeLimits { cgroup_procs: vec![], tmp_size_bytes: 64 << 20, open_files_max: 1024 }),
     }
 }
 
@@ -250,6 +251,33 @@ async fn no_host_process_capability_or_namespace_escape() {
     // The filter answers before the kernel looks at the descriptor (a pipe here).
     assert!(out.stdout.contains("tiocsti errno 1"), "{}", out.stdout);
     assert!(!out.stdout.contains("TIOCSTI worked"));
+}
+
+/// Issue 18: whatever the cgroup support, every envelope has no core dumps, the run's
+/// open-file limit (which nothing inside can raise again), and a /tmp and /run of
+/// the run's size rather than of the host's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_envelope_has_its_rlimits_and_a_sized_tmp() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let script = "ulimit -c; ulimit -Sn; ulimit -Hn; df -B1 --output=size /tmp /run | tail -2; \
+                  (ulimit -n 4096 2>/dev/null && echo raised || echo kept); \
+                  head -c 70000000 /dev/zero > /tmp/fill 2>/dev/null && echo filled || echo full";
+    for kind in [BASH, OVERLAY] {
+        let out = run(&mut client, "r1", kind, script).await;
+        let lines: Vec<&str> = out.stdout.lines().map(str::trim).collect();
+        assert_eq!(lines, ["0", "1024", "1024", "67108864", "67108864", "kept", "full"], "{kind:?}: {}", out.stderr);
+    }
+
+    // sandboxd joins a launch to a cgroup.procs file under /sys/fs/cgroup, nothing else.
+    for bad in ["/etc/cgroup.procs", "/sys/fs/cgroup/../../etc/passwd", "/sys/fs/cgroup/pids/tasks"] {
+        let mut policy = policy(&w);
+        policy.run_id = "r2".into();
+        policy.limits = Some(pb::EnvelopeLimits { cgroup_procs: vec![bad.as_bytes().to_vec()], ..Default::default() });
+        let refused = client.register_run(cc_tests::sandbox::registration(policy)).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{bad}");
+        assert!(refused.message().contains("is not a cgroup.procs file"), "{}", refused.message());
+    }
 }
 
 fn host_has_process(needle: &str) -> bool {

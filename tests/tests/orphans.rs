@@ -86,9 +86,20 @@ fn the_next_start_sweeps_the_sockets_of_runs_a_killed_supervisor_left() {
     assert_eq!(cc_tests::runs::text(&f.tool(&run, &["read", "README.md"])).0, "# demo\n");
     let socket = f.sup.data_dir.join("conversations").join(&f.conversation).join("sock").join(format!("{run}.sock"));
     assert!(socket.exists(), "the runner serves {}", socket.display());
+    // Its cgroup too (issue 18): it holds the runner.
+    let cgroups = cc_tests::runs::run_cgroups(&run);
+    if cc_tests::privileged("per-run cgroups") {
+        assert!(cgroups.len() >= 2, "pids and memory at least: {cgroups:?}");
+        let runner = f.sup.ccctl_json(&["run", "show", &run])["runner_pid"].as_u64().unwrap().to_string();
+        let procs = std::fs::read_to_string(cgroups[0].join("cgroup.procs")).unwrap();
+        assert!(procs.lines().any(|p| p == runner), "the runner {runner} is in {}: {procs}", cgroups[0].display());
+    }
     f.sup.signal(Signal::SIGKILL);
     wait_with_limit(&mut f.sup.child, Duration::from_secs(5));
     let again = cc_tests::Supervisor::start_on(&f.sup.data_dir, cc_tests::Options::default());
     assert!(!socket.exists(), "the dead run's socket is swept");
+    for cgroup in &cgroups {
+        assert!(!cgroup.exists(), "the dead run's cgroup {} is swept", cgroup.display());
+    }
     assert_eq!(again.ccctl_json(&["run", "show", &run])["state"], "failed");
 }

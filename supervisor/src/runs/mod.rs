@@ -13,6 +13,7 @@
 //! runner's socket and records `run_ended` with the reason.
 
 pub mod error;
+pub mod limits;
 pub mod record;
 pub mod service;
 pub mod tools;
@@ -43,10 +44,13 @@ use crate::conversations::{Conversations, RunPaths};
 use crate::convert::path_bytes;
 use crate::events::EventLog;
 use crate::gate::Gate;
-use crate::helpers::{GroupChild, HelperKind, ProcessTimeouts, SUPERVISOR_PEER, start_process, stop_child};
+use crate::helpers::{
+    GroupChild, HelperKind, ProcessStart, ProcessTimeouts, SUPERVISOR_PEER, start_process, stop_child,
+};
 use crate::ids::{ConversationId, RunId};
 use crate::paths::DataDir;
 use crate::store::Store;
+use cc_host::cgroup::{Enforcement, RunCgroup};
 pub use error::RunError;
 pub use record::{RunRecord, RunState};
 
@@ -60,6 +64,8 @@ pub struct StartRequest {
     pub mode: Mode,
     pub adapter: String,
     pub network: bool,
+    /// Overrides of the configured limits.
+    pub limits: Option<cc_proto::supervisor::v1::RunLimits>,
 }
 
 /// The run's runner as calls see it. It starts in the background once the run is
@@ -91,9 +97,42 @@ pub struct LiveRun {
     /// The conversation's first repository, the scope the gate sees.
     pub repo: Option<String>,
     stop: Mutex<Option<oneshot::Sender<StopRequest>>>,
+    pub limits: limits::RunLimits,
+    /// Its cgroup, while it has one (never without cgroup support); removed at its end.
+    cgroup: OwnedCgroup,
+}
+
+/// A run's cgroup, removed (with whatever is left in it) when the run ends, or when
+/// its start fails after it was made.
+struct OwnedCgroup(Mutex<Option<RunCgroup>>);
+
+impl OwnedCgroup {
+    fn get(&self) -> Option<RunCgroup> {
+        self.0.lock().ok().and_then(|c| c.clone())
+    }
+
+    async fn remove(&self) {
+        if let Some(cgroup) = self.0.lock().ok().and_then(|mut c| c.take()) {
+            let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+        }
+    }
+}
+
+impl Drop for OwnedCgroup {
+    fn drop(&mut self) {
+        if let Some(cgroup) = self.0.get_mut().ok().and_then(Option::take) {
+            // Off the async threads: removal waits for killed processes to go.
+            tokio::task::spawn_blocking(move || cgroup.remove());
+        }
+    }
 }
 
 impl LiveRun {
+    /// The run's cgroup, if it has one.
+    pub fn cgroup(&self) -> Option<RunCgroup> {
+        self.cgroup.get()
+    }
+
     /// The runner's own pid, 0 while it starts.
     pub fn runner_pid(&self) -> u32 {
         match &*self.runner.borrow() {
@@ -147,6 +186,8 @@ pub struct RunEnv {
     pub channels: Arc<HelperChannels>,
     pub runner_program: PathBuf,
     pub config: RunsConfig,
+    /// How run limits are enforced on this host.
+    pub enforcement: Arc<Enforcement>,
     pub deadlines: crate::config::Deadlines,
     pub log_format: LogFormat,
     /// For the runner's handshake and its stop.
@@ -171,6 +212,7 @@ pub fn sandbox_policy(
     paths: &RunPaths,
     runner_socket_dir: Option<&Path>,
     config: &RunsConfig,
+    limits: sb::EnvelopeLimits,
 ) -> sb::RunPolicy {
     let mut env = std::collections::HashMap::new();
     if !config.path.is_empty() {
@@ -196,6 +238,16 @@ pub fn sandbox_policy(
                 worktree_dir: path_bytes(worktree),
             })
             .collect(),
+        limits: Some(limits),
+    }
+}
+
+/// What sandboxd applies to each envelope of a run with `limits` and `cgroup`.
+pub fn envelope_limits(limits: &limits::RunLimits, cgroup: Option<&RunCgroup>) -> sb::EnvelopeLimits {
+    sb::EnvelopeLimits {
+        cgroup_procs: cgroup.map(|c| c.procs_files().iter().map(|p| path_bytes(p)).collect()).unwrap_or_default(),
+        tmp_size_bytes: limits.tmp_size_bytes,
+        open_files_max: limits.open_files_max,
     }
 }
 
@@ -440,6 +492,10 @@ impl RunManager {
         &self.env.events
     }
 
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.env.enforcement
+    }
+
     pub fn deadlines(&self) -> &crate::config::Deadlines {
         &self.env.deadlines
     }
@@ -498,6 +554,9 @@ impl RunManager {
         if request.network {
             return Err(RunError::NoEgress);
         }
+        let limits = limits::RunLimits::from_config(&self.env.config.limits)
+            .overridden(request.limits.as_ref())
+            .map_err(|e| RunError::BadRequest(format!("run limits: {e}")))?;
         let run_id = RunId::mint()?;
         let id = run_id.as_str().to_owned();
         let (conversation, agent) = (request.conversation.clone(), request.agent.clone());
@@ -524,9 +583,20 @@ impl RunManager {
                 })?;
         }
 
+        // The run's cgroup, before anything of the run can start: owned from here, so
+        // that a start that fails below removes it.
+        let enforcement = self.env.enforcement.clone();
+        let (cgroup_id, cgroup_limits) = (id.clone(), limits.cgroup());
+        let cgroup = tokio::task::spawn_blocking(move || enforcement.create_run(&cgroup_id, &cgroup_limits))
+            .await
+            .map_err(|e| RunError::Internal(e.to_string()))?
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        let envelope_limits = envelope_limits(&limits, cgroup.as_ref());
+        let cgroup = OwnedCgroup(Mutex::new(cgroup));
+
         let channels = self.env.channels.clone();
         let mut sandboxd = channels.sandboxd().await?;
-        let policy = sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config);
+        let policy = sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config, envelope_limits);
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) });
         channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // runner_roots has checked that the run's paths are UTF-8.
@@ -559,6 +629,8 @@ impl RunManager {
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             stop: Mutex::new(Some(stop_tx)),
+            limits,
+            cgroup,
         });
         self.lock().insert(run_id.clone(), live.clone());
         self.env.events.record(
@@ -570,13 +642,15 @@ impl RunManager {
                 "mode": request.mode.as_str(),
                 "adapter": request.adapter,
                 "network": false,
+                "limits": self.env.enforcement.describe(),
             }),
         );
         let this = self.clone();
+        let live_for_runner = live.clone();
         let mut stop_rx = stop_rx;
         tokio::spawn(async move {
             let started = tokio::select! {
-                started = this.start_runner(&mut sandboxd, &run_id, roots, home, &socket) => started,
+                started = this.start_runner(&mut sandboxd, &live_for_runner, roots, home, &socket) => started,
                 // Stopped while its runner starts: dropping the start kills the process
                 // (kill_on_drop), and the run ends now rather than once the runner is up.
                 request = &mut stop_rx => {
@@ -617,12 +691,12 @@ impl RunManager {
     async fn start_runner(
         &self,
         sandboxd: &mut crate::channels::SandboxdClientWithSecret,
-        run_id: &RunId,
+        run: &LiveRun,
         roots: String,
         home: String,
         socket: &Path,
     ) -> Result<(GroupChild, u32, RunnerClientWithSecret, &'static str), RunError> {
-        let id = run_id.as_str();
+        let id = run.run_id.as_str();
         let request = sb::GetRunnerEnvelopeRequest {
             run_id: id.to_owned(),
             runner_program: path_bytes(&self.env.runner_program),
@@ -671,7 +745,15 @@ impl RunManager {
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
         let user = ServiceUser::when_root();
-        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", user, descriptors)
+        // The runner joins the run's cgroup before it execs, as every launch does.
+        let cgroup = match run.cgroup() {
+            Some(cgroup) => cgroup
+                .open_procs()
+                .map_err(|e| RunError::Internal(format!("cannot open the run's cgroup to join it: {e}")))?,
+            None => vec![],
+        };
+        let start = ProcessStart { user, descriptors, cgroup };
+        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", start)
             .await
             .map_err(|f| RunError::RunnerUnavailable(format!("the run's runner did not start: {}", f.message)))?;
         let child_pid = child.id().unwrap_or(0);
@@ -739,6 +821,8 @@ impl RunManager {
             Err(_) => 0,
         };
         if let Some(live) = &live {
+            // Whatever of the run sandboxd did not know (the runner's own children).
+            live.cgroup.remove().await;
             cc_proto::socket::remove_socket(&runner_socket(&self.env.data, &live.record.conversation, run_id));
         }
         self.env.events.record(

@@ -25,7 +25,18 @@ impl RunsService {
     }
 
     fn to_proto(&self, r: RunRecord) -> pb::Run {
-        let runner_pid = self.manager.live_run(&RunId::from_wire(r.id.as_str())).map(|l| l.runner_pid()).unwrap_or(0);
+        let live = self.manager.live_run(&RunId::from_wire(r.id.as_str()));
+        let runner_pid = live.as_ref().map_or(0, |l| l.runner_pid());
+        let resources = live.map(|l| {
+            let usage = l.cgroup().map(|c| c.usage()).unwrap_or_default();
+            pb::RunResources {
+                enforcement: self.manager.enforcement().describe(),
+                limits: Some(l.limits.to_proto()),
+                memory_bytes: usage.memory_bytes,
+                pids: usage.pids,
+                cpu_usec: usage.cpu_usec,
+            }
+        });
         let tools = cc_policy::tools::registry(r.mode, r.network).iter().map(|t| t.name.to_owned()).collect();
         pb::Run {
             state: run_state(r.state) as i32,
@@ -42,6 +53,7 @@ impl RunsService {
             end_reason: r.end_reason.unwrap_or_default(),
             tools,
             workspace_id: r.workspace,
+            resources,
         }
     }
 }
@@ -71,6 +83,7 @@ impl Runs for RunsService {
             mode: wire::mode_from(r.mode)?,
             adapter: or_default(r.adapter, "harness"),
             network: r.network,
+            limits: r.limits,
         };
         let live = self.manager.start(request).await?;
         Ok(Response::new(pb::StartRunResponse { run: Some(self.to_proto(live.current())) }))

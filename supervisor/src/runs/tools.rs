@@ -280,6 +280,8 @@ impl RunManager {
         };
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);
+        // The run's limit counters before the command, to tell one it reached.
+        let before = run.cgroup().map(|c| c.counters());
         let channels = self.channels().clone();
         let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret, request| {
             let channels = channels.clone();
@@ -320,6 +322,7 @@ impl RunManager {
             }
         };
         let (tx, rx) = mpsc::channel(64);
+        let (cgroup, limits) = (run.cgroup(), run.limits);
         tokio::spawn(async move {
             let send = |event| {
                 let tx = tx.clone();
@@ -388,6 +391,14 @@ impl RunManager {
                     }
                     Some(LaunchEvent::Exit(exit)) => {
                         exited = true;
+                        // A limit the run reached during the call says so, as the
+                        // command's last output and as an event naming the limit.
+                        if let (Some(cgroup), Some(before)) = (&cgroup, before) {
+                            for (limit, message) in super::limits::reached(before, cgroup.counters(), &limits) {
+                                events.record("limit_reached", &subject, json!({ "limit": limit, "message": message }));
+                                let _ = send(Event::Stderr(format!("cc: {message}\n").into_bytes())).await;
+                            }
+                        }
                         send(Event::Exit(pb::BashExit {
                             code: exit.code,
                             signal: exit.signal,

@@ -49,6 +49,8 @@ pub struct ExecArgs {
     /// Seconds before the command is killed [default: the supervisor's bash default]
     #[arg(long, default_value_t = 0)]
     timeout: u32,
+    #[command(flatten)]
+    limits: super::limits::LimitArgs,
     /// The command, run by bash in the envelope (arguments are quoted, not re-split)
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -197,6 +199,7 @@ async fn main_job(
         mode: args.mode.wire(),
         adapter: "harness".into(),
         network: args.network == Network::On,
+        limits: args.limits.to_proto(),
     };
     let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
     made.run = Some(run.run_id.clone());

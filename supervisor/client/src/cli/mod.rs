@@ -3,6 +3,7 @@
 
 mod exec;
 mod gate;
+mod limits;
 mod progress;
 mod render;
 mod runs;

@@ -148,6 +148,7 @@ pub fn status(s: &pb::GetStatusResponse, json: bool) {
             "pid": s.pid,
             "data_dir": s.data_dir,
             "sandbox": s.backend_line,
+            "limits": s.limits_line,
             "backend": super::words::sandbox_backend_name(s.backend),
             "started": time(s.start_time.as_ref()),
             "helpers": s.helpers.iter().map(|h| helper_json(h, true)).collect::<Vec<_>>(),
@@ -160,11 +161,12 @@ pub fn status(s: &pb::GetStatusResponse, json: bool) {
         .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
         .unwrap_or_else(|_| "0s".into());
     print(&format!(
-        "cc-supervisor {} (pid {}), up {up}\ndata dir: {}\n{}\n\n{}",
+        "cc-supervisor {} (pid {}), up {up}\ndata dir: {}\n{}\n{}\n\n{}",
         s.version,
         s.pid,
         s.data_dir,
         s.backend_line,
+        s.limits_line,
         helper_table(&s.helpers, true)
     ));
 }
@@ -310,9 +312,9 @@ pub fn conversations(list: &[pb::Conversation], json: bool) {
 pub fn sandbox_probe(p: &pb::GetProbeResponse, json: bool) {
     let backend = super::words::sandbox_backend_name(p.backend);
     if json {
-        return print_json(&json!({ "backend": backend, "detail": p.detail }));
+        return print_json(&json!({ "backend": backend, "detail": p.detail, "limits": p.limits }));
     }
-    print(&format!("sandbox backend={backend} ({})\n", one_line(&p.detail)));
+    print(&format!("sandbox backend={backend} ({})\nlimits={}\n", one_line(&p.detail), one_line(&p.limits)));
 }
 
 /// One argument a line, quoted for a POSIX shell, so that it can be pasted and run.

@@ -49,6 +49,8 @@ pub enum RunAction {
         /// `on` is refused until the egress proxy exists
         #[arg(long, value_enum, default_value = "off")]
         network: Network,
+        #[command(flatten)]
+        limits: super::limits::LimitArgs,
     },
     /// List runs, newest first
     List {
@@ -163,6 +165,7 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
         "started_unix_ms": cc_proto::time::unix_ms(r.start_time.as_ref()),
         "ended_unix_ms": cc_proto::time::unix_ms(r.end_time.as_ref()), "end_reason": r.end_reason, "tools": r.tools,
         "work_dir": lossy(&r.work_dir),
+        "resources": super::limits::resources_json(r.resources.as_ref()),
     })
 }
 
@@ -178,17 +181,21 @@ fn print_run(r: &pb::Run) {
         super::render::mode_name(r.mode),
         r.runner_pid
     );
+    if let Some(resources) = &r.resources {
+        println!("  {}", super::limits::resources_line(resources));
+    }
 }
 
 pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Result<()> {
     match action {
-        RunAction::Start { conversation, agent, mode, adapter, network } => {
+        RunAction::Start { conversation, agent, mode, adapter, network, limits } => {
             let request = pb::StartRunRequest {
                 conversation_id: conversation,
                 agent,
                 mode: mode.wire(),
                 adapter,
                 network: network == Network::On,
+                limits: limits.to_proto(),
             };
             let run = client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
             if json {
