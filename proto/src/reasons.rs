@@ -53,6 +53,11 @@ pub const HELPER_NOT_FOUND: &str = "HELPER_NOT_FOUND";
 /// retry, or see `ccctl status`.
 pub const HELPER_UNAVAILABLE: &str = "HELPER_UNAVAILABLE";
 
+/// A helper the call needs is restarting (metadata `helper`): it died or was
+/// restarted under the call. A call that had not started was retried once; a command
+/// that was running was killed with the old process. Run it again.
+pub const HELPER_RESTARTING: &str = "HELPER_RESTARTING";
+
 /// A helper did not answer within its deadline (metadata `helper`, and
 /// `deadline_ms`): it is overloaded or stopped. What the call asked may or may not have
 /// been done; the supervisor restarts a helper that keeps missing its health checks.
@@ -75,6 +80,7 @@ pub const ALL: &[&str] = &[
     BACKEND_UNAVAILABLE,
     HELPER_NOT_FOUND,
     HELPER_UNAVAILABLE,
+    HELPER_RESTARTING,
     HELPER_TIMEOUT,
 ];
 
@@ -87,6 +93,11 @@ pub fn refusal(code: Code, message: impl Into<String>, reason: &str, metadata: &
 /// `HELPER_UNAVAILABLE` for `helper`: the one refusal every caller of a helper shares.
 pub fn helper_unavailable(message: impl Into<String>, helper: &str) -> Status {
     refusal(Code::Unavailable, message, HELPER_UNAVAILABLE, &[("helper", helper.to_owned())])
+}
+
+/// `HELPER_RESTARTING` for `helper`.
+pub fn helper_restarting(message: impl Into<String>, helper: &str) -> Status {
+    refusal(Code::Unavailable, message, HELPER_RESTARTING, &[("helper", helper.to_owned())])
 }
 
 /// `HELPER_TIMEOUT` for `helper`, which did not answer `what` within `deadline`.

@@ -90,16 +90,29 @@ impl HelperChannels {
 
     /// A client of sandboxd, over the cached channel to its current process.
     pub async fn sandboxd(&self) -> Result<SandboxdClientWithSecret, Status> {
+        Ok(self.sandboxd_except(None).await?.0)
+    }
+
+    /// A client of sandboxd and the pid it talks to; with `not`, of the process that
+    /// replaces that one (a call found it gone).
+    pub async fn sandboxd_except(&self, not: Option<u32>) -> Result<(SandboxdClientWithSecret, u32), Status> {
         let helper = self.helpers.of(HelperKind::Sandboxd);
         let unavailable = |message: String| reasons::helper_unavailable(message, "sandboxd");
         // A sandboxd that is starting (the supervisor's first moments) or restarting is
         // waited for, as long as a helper may take to start.
-        let pid = helper
-            .serving_pid(HELPER_START_WAIT)
-            .await
-            .ok_or_else(|| unavailable("sandboxd is not running; see ccctl helpers".into()))?;
+        let Some(pid) = helper.serving_pid_except(not, HELPER_START_WAIT).await else {
+            use cc_proto::supervisor::v1::HelperState;
+            return Err(match helper.snapshot().state {
+                HelperState::Starting | HelperState::Backoff => reasons::helper_restarting(
+                    format!("sandboxd is restarting and did not serve within {HELPER_START_WAIT:?}; retry"),
+                    "sandboxd",
+                ),
+                _ => unavailable("sandboxd is not running; see ccctl helpers".into()),
+            });
+        };
         let channel = self.channel_to(helper, pid).await.map_err(|e| unavailable(e.to_string()))?;
-        Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
+        let auth = PresentSecret::new(SUPERVISOR_PEER, &helper.secret());
+        Ok((SandboxdClient::new(InterceptedService::new(channel, auth)), pid))
     }
 }
 

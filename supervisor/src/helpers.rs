@@ -175,7 +175,13 @@ impl Helper {
     /// is starting or waiting out its backoff, waited for at most `limit`; `None` when
     /// it failed, stopped, or did not come up in time.
     pub async fn serving_pid(&self, limit: Duration) -> Option<u32> {
-        if let Some(pid) = self.snapshot().pid {
+        self.serving_pid_except(None, limit).await
+    }
+
+    /// Like [`Helper::serving_pid`], but a process `not` (one that a call found gone)
+    /// does not count: waits for the one that replaces it.
+    pub async fn serving_pid_except(&self, not: Option<u32>, limit: Duration) -> Option<u32> {
+        if let Some(pid) = self.snapshot().pid.filter(|p| Some(*p) != not) {
             return Some(pid);
         }
         // Subscribed before the loop's first look, so that no change is missed.
@@ -183,7 +189,7 @@ impl Helper {
         let serving = async {
             loop {
                 let now = self.snapshot();
-                match (now.pid, now.state) {
+                match (now.pid.filter(|p| Some(*p) != not), now.state) {
                     (Some(pid), _) => return Some(pid),
                     (None, HelperState::Failed | HelperState::Stopped) => return None,
                     _ => {}

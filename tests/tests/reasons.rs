@@ -135,7 +135,8 @@ async fn refusals_of_the_registry_and_the_helpers_carry_their_reason() {
 /// A call that needs sandboxd while sandboxd cannot start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_needs_a_helper_that_is_down_says_which() {
-    let config = "[helpers.sandboxd]\nprogram = \"/bin/false\"\n".to_owned();
+    // A budget of one: it is failed, not restarting, by the time the call gives up.
+    let config = "[restart]\nbudget = 1\n[helpers.sandboxd]\nprogram = \"/bin/false\"\n".to_owned();
     let sup = Supervisor::start(Options { config: Some(config), ..Default::default() });
     let mut client = sup.client().await;
     let (reason, metadata) = refusal(client.sandbox.get_probe(pb::GetProbeRequest {}).await, Code::Unavailable);

@@ -511,7 +511,7 @@ fn a_call_in_flight_when_sandboxd_dies_names_it() {
     let out = call.wait_with_output().unwrap();
     let err = text(&out).1;
     assert!(!out.status.success());
-    assert!(err.starts_with("ccctl: sandboxd went away during the call"), "{err}");
+    assert!(err.starts_with("ccctl: sandboxd restarted; the command was killed"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     let again = f.tool(&run, &["bash", "--", "echo again"]);
     assert_eq!(text(&again).0, "again\n", "{}", text(&again).1);

@@ -40,7 +40,7 @@ pub enum RunError {
     RunnerUnavailable(String),
     /// A helper died or restarted while the call was in flight; what ran may have
     /// been killed with it.
-    #[error("{helper} went away during the call ({detail}): its output and exit are lost; run it again")]
+    #[error("{helper} restarted; the command was killed ({detail}): its output and exit are lost; run it again")]
     HelperGone { helper: &'static str, detail: String },
     /// sandboxd does not know a run the supervisor has live: it restarted since.
     #[error("sandboxd has lost run {}'s registration (it restarted since the run started); start a new run", .0.shown())]
@@ -100,7 +100,7 @@ impl From<RunError> for Status {
             RunError::Conversation(e) => Status::from(e),
             RunError::Helper(status) => status,
             RunError::RunnerUnavailable(_) => reasons::helper_unavailable(message, "runner"),
-            RunError::HelperGone { helper, .. } => reasons::helper_unavailable(message, helper),
+            RunError::HelperGone { helper, .. } => reasons::helper_restarting(message, helper),
             RunError::Unregistered(_) => reasons::helper_unavailable(message, "sandboxd"),
             RunError::Internal(_) => Status::internal(message),
         }

@@ -145,6 +145,13 @@ fn died_in_flight(status: Status) -> RunError {
     RunError::HelperGone { helper: "sandboxd", detail: status.message().to_owned() }
 }
 
+/// A call that failed in the transport (the connection broke, or the process behind it
+/// is gone) rather than with an answer of sandboxd's, which always carries a reason.
+fn is_transport_failure(status: &Status) -> bool {
+    cc_proto::reasons::reason_of(status).is_none()
+        && matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+}
+
 fn is_reason(status: &Status, reason: &str) -> bool {
     cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == reason)
 }
@@ -271,7 +278,7 @@ impl RunManager {
             t => t,
         };
         let cap = config.bash_output_cap_bytes;
-        let sandboxd = self.channels().sandboxd().await?;
+        let (sandboxd, sandboxd_pid) = self.channels().sandboxd_except(None).await?;
         let request = sb::LaunchRequest {
             run_id: run.record.id.clone(),
             kind: EnvelopeKind::HarnessBash as i32,
@@ -293,6 +300,15 @@ impl RunManager {
         let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
         let deadline = tokio::time::Instant::now() + deadline_after;
         let mut attempt = launching(sandboxd, request.clone()).await;
+        // sandboxd died as the call was made (the transport failed; sandboxd said
+        // nothing): the call waits for the process that replaces it and is made once
+        // more. Its command, if it had started, died with the old envelope.
+        if let Err(status) = &attempt
+            && is_transport_failure(status)
+        {
+            let (sandboxd, _) = self.channels().sandboxd_except(Some(sandboxd_pid)).await?;
+            attempt = launching(sandboxd, request.clone()).await;
+        }
         // A sandboxd that restarted since the run started, before the run was registered
         // with it again: register it now and launch once more.
         if let Err(status) = &attempt
