@@ -216,6 +216,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         config: config.runs.clone(),
         enforcement: enforcement.clone(),
         deadlines: config.deadlines.clone(),
+        restart: config.restart.clone(),
         log_format: options.log_format,
         timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
     });

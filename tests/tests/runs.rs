@@ -149,25 +149,57 @@ fn await_end(f: &cc_tests::runs::Fixture, run: &str) {
     f.sup.await_event(Duration::from_secs(10), |e| e.kind == "run_ended" && e.subject == subject);
 }
 
+fn kill9(pid: u64) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
+/// Issue 18: a runner that dies is started again in a new envelope and its run goes
+/// on; the end reason names a signal, not bubblewrap's code 137.
 #[test]
-fn a_killed_runner_fails_its_run_and_the_next_run_works() {
+fn a_killed_runner_is_started_again_and_its_run_goes_on() {
     let f = fixture(None);
     let run = f.start_run("chat");
     // The runner starts in the background; the first file tool call waits for it.
     assert!(f.tool(&run, &["read", "README.md"]).status.success());
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
-    let pid = shown["runner_pid"].as_u64().unwrap() as i32;
+    let pid = shown["runner_pid"].as_u64().unwrap();
     assert!(pid > 0);
     // The runner's envelope takes its options (and the environment's values in them)
     // on a descriptor: no command line of its process tree shows them.
-    let lines = ancestors_command_lines(pid);
+    let lines = ancestors_command_lines(pid as i32);
     assert!(lines.iter().any(|l| l.contains("bwrap --args 3 -- ")), "{lines:#?}");
     assert!(!lines.iter().any(|l| l.contains("--setenv")), "{lines:#?}");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    kill9(pid);
+    let subject = format!("run:{run}");
+    let exited = f.sup.await_event(Duration::from_secs(10), |e| e.kind == "runner_exited" && e.subject == subject);
+    assert_eq!(cc_tests::payload(&exited)["exit"], "signal 9", "named by its signal, not bubblewrap's code 137");
+    f.sup.await_event(Duration::from_secs(10), |e| e.kind == "runner_restarted" && e.subject == subject);
+    let shown = f.sup.ccctl_json(&["run", "show", &run]);
+    assert_eq!(shown["state"], "running", "{shown}");
+    let again = shown["runner_pid"].as_u64().unwrap();
+    assert!(again > 0 && again != pid, "a new runner serves: {shown}");
+    assert_eq!(text(&f.tool(&run, &["read", "README.md"])).0, "# demo\n");
+    assert_eq!(text(&f.tool(&run, &["bash", "--", "echo on"])).0, "on\n");
+    assert!(f.sup.helper_pids().len() == 3, "the supervisor and its helpers are still up");
+}
+
+/// Only a runner that keeps dying fails its run: the restart budget is the helpers'.
+#[test]
+fn a_runner_that_keeps_dying_fails_its_run_and_the_next_run_works() {
+    let f = fixture(Some("[restart]\nbudget = 1\n"));
+    let run = f.start_run("chat");
+    assert!(f.tool(&run, &["read", "README.md"]).status.success());
+    let subject = format!("run:{run}");
+    kill9(f.sup.ccctl_json(&["run", "show", &run])["runner_pid"].as_u64().unwrap());
+    f.sup.await_event(Duration::from_secs(10), |e| e.kind == "runner_restarted" && e.subject == subject);
+    kill9(f.sup.ccctl_json(&["run", "show", &run])["runner_pid"].as_u64().unwrap());
     await_end(&f, &run);
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
     assert_eq!(shown["state"], "failed", "the run is marked failed");
-    assert_eq!(shown["end_reason"], "its runner exited (signal 9)", "named by its signal, not bubblewrap's code 137");
+    assert_eq!(
+        shown["end_reason"], "its runner kept dying: it exited (signal 9) with its restart budget (1) spent",
+        "{shown}"
+    );
     let out = f.tool(&run, &["read", "README.md"]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("is failed"), "{}", text(&out).1);

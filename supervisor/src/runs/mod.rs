@@ -15,24 +15,22 @@
 pub mod error;
 pub mod limits;
 pub mod record;
+mod runner;
 pub mod service;
 pub mod tools;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use cc_host::ServiceUser;
 use cc_policy::Mode;
-use cc_proto::bootstrap::Bootstrap;
 use cc_proto::client::PresentSecret;
-use cc_proto::common::v1::SandboxBackend;
-use cc_proto::helper::{MAX_MESSAGE_BYTES, unix_ms};
+use cc_proto::helper::unix_ms;
 use cc_proto::logging::LogFormat;
 use cc_proto::runner::v1::runner_client::RunnerClient;
 use cc_proto::sandboxd::v1 as sb;
-use cc_proto::secret::PeerSecret;
 use serde_json::json;
 use tokio::sync::oneshot;
 use tonic::service::interceptor::InterceptedService;
@@ -44,9 +42,7 @@ use crate::conversations::{Conversations, RunPaths};
 use crate::convert::path_bytes;
 use crate::events::EventLog;
 use crate::gate::Gate;
-use crate::helpers::{
-    GroupChild, HelperKind, ProcessStart, ProcessTimeouts, SUPERVISOR_PEER, start_process, stop_child,
-};
+use crate::helpers::{HelperKind, ProcessTimeouts};
 use crate::ids::{ConversationId, RunId};
 use crate::paths::DataDir;
 use crate::store::Store;
@@ -78,6 +74,8 @@ pub enum RunnerSlot {
         client: Box<RunnerClientWithSecret>,
         pid: u32,
     },
+    /// It died and is being started again; the run is still running.
+    Restarting,
     /// It will not serve: the run is ending in `ending`.
     Failed {
         why: String,
@@ -133,7 +131,7 @@ impl LiveRun {
         self.cgroup.get()
     }
 
-    /// The runner's own pid, 0 while it starts.
+    /// The runner's own pid, 0 while it starts or restarts.
     pub fn runner_pid(&self) -> u32 {
         match &*self.runner.borrow() {
             RunnerSlot::Ready { pid, .. } => *pid,
@@ -142,11 +140,11 @@ impl LiveRun {
     }
 
     /// Where the run is in its state machine: Starting until its runner serves, then
-    /// Running; its row says how it ended once it has.
+    /// Running (while its runner restarts too); its row says how it ended once it has.
     pub fn state(&self) -> RunState {
         match &*self.runner.borrow() {
             RunnerSlot::Starting => RunState::Starting,
-            RunnerSlot::Ready { .. } => RunState::Running,
+            RunnerSlot::Ready { .. } | RunnerSlot::Restarting => RunState::Running,
             RunnerSlot::Failed { ending, .. } => *ending,
         }
     }
@@ -156,11 +154,17 @@ impl LiveRun {
         RunRecord { state: self.state(), ..self.record.clone() }
     }
 
-    /// The runner's client, once it is ready (its start is bounded by the helper
-    /// ready timeout).
-    pub async fn ready_runner(&self) -> Result<RunnerClientWithSecret, RunError> {
+    /// The runner's client, once it is ready, waited for at most `limit` (a start is
+    /// bounded by the ready timeout; a restart by its backoff too).
+    pub async fn ready_runner(&self, limit: Duration) -> Result<RunnerClientWithSecret, RunError> {
         let mut slot = self.runner.clone();
-        let ready = slot.wait_for(|s| !matches!(s, RunnerSlot::Starting)).await;
+        let waiting = slot.wait_for(|s| !matches!(s, RunnerSlot::Starting | RunnerSlot::Restarting));
+        let Ok(ready) = tokio::time::timeout(limit, waiting).await else {
+            return Err(RunError::RunnerUnavailable(format!(
+                "the run's runner is restarting and did not serve within {} s; retry",
+                limit.as_secs()
+            )));
+        };
         match ready.map(|s| s.clone()) {
             Ok(RunnerSlot::Ready { client, .. }) => Ok(*client),
             Ok(RunnerSlot::Failed { why, .. }) => {
@@ -189,6 +193,8 @@ pub struct RunEnv {
     /// How run limits are enforced on this host.
     pub enforcement: Arc<Enforcement>,
     pub deadlines: crate::config::Deadlines,
+    /// A dead runner is started again with this backoff and budget, as helpers are.
+    pub restart: crate::config::RestartPolicy,
     pub log_format: LogFormat,
     /// For the runner's handshake and its stop.
     pub timeouts: ProcessTimeouts,
@@ -327,43 +333,6 @@ fn hand_to_service_user(
     Ok(())
 }
 
-/// The descriptors the runner's envelope binds (`--bind-fd`), each opened with no link
-/// anywhere on its path: the run's directories are the agent's to write, and we may be
-/// root. bubblewrap mounts exactly these or refuses to start.
-async fn open_bound(paths: &[Vec<u8>]) -> Result<Vec<std::os::fd::OwnedFd>, RunError> {
-    use std::os::unix::ffi::OsStrExt;
-    let paths: Vec<PathBuf> = paths.iter().map(|p| Path::new(std::ffi::OsStr::from_bytes(p)).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        paths
-            .iter()
-            .map(|path| {
-                cc_host::beneath::open_no_links(path).map_err(|e| {
-                    RunError::Precondition(format!(
-                        "cannot start the run's runner: {} cannot be opened without following a link ({e})",
-                        path.display()
-                    ))
-                })
-            })
-            .collect()
-    })
-    .await
-    .map_err(|e| RunError::Internal(e.to_string()))?
-}
-
-/// A pipe whose read end carries `options` (bubblewrap's, NUL-separated) to the
-/// runner's envelope as [`cc_host::OPTIONS_FD`]; written in a task of its own, since
-/// they may be more than a pipe holds.
-fn options_pipe(options: Vec<u8>) -> Result<std::os::fd::OwnedFd, RunError> {
-    use tokio::io::AsyncWriteExt;
-    let cannot = |e: std::io::Error| RunError::Internal(format!("cannot pass the runner's envelope options: {e}"));
-    let (read, write) = std::io::pipe().map_err(cannot)?;
-    let mut write = tokio::net::unix::pipe::Sender::from_owned_fd(std::os::fd::OwnedFd::from(write)).map_err(cannot)?;
-    tokio::spawn(async move {
-        let _ = write.write_all(&options).await;
-    });
-    Ok(read.into())
-}
-
 /// The runner's socket directory, 0700: made if missing; if there, it must be a real
 /// directory of ours or (under root, from an earlier run) the service user's.
 fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
@@ -426,21 +395,6 @@ fn stop_reason(request: Result<StopRequest, oneshot::error::RecvError>) -> (Stri
 fn answer(done: Option<oneshot::Sender<()>>) {
     if let Some(done) = done {
         let _ = done.send(());
-    }
-}
-
-/// How the runner ended. `enveloped`: the process we waited for is the runner's
-/// bubblewrap, which exits with our init's status, and our init reports a command a
-/// signal ended as 128 + the signal, as a shell does.
-fn describe_exit(status: Option<std::process::ExitStatus>, enveloped: bool) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Some(s) if s.signal().is_some() => format!("signal {}", s.signal().unwrap_or_default()),
-        Some(s) => match s.code().unwrap_or_default() {
-            code @ 129..=192 if enveloped => format!("signal {}", code - 128),
-            code => format!("code {code}"),
-        },
-        None => "status unknown".into(),
     }
 }
 
@@ -648,9 +602,10 @@ impl RunManager {
         let this = self.clone();
         let live_for_runner = live.clone();
         let mut stop_rx = stop_rx;
+        let how = runner::RunnerStart { roots, home, socket };
         tokio::spawn(async move {
             let started = tokio::select! {
-                started = this.start_runner(&mut sandboxd, &live_for_runner, roots, home, &socket) => started,
+                started = this.start_runner(&live_for_runner, &how) => started,
                 // Stopped while its runner starts: dropping the start kills the process
                 // (kill_on_drop), and the run ends now rather than once the runner is up.
                 request = &mut stop_rx => {
@@ -663,16 +618,17 @@ impl RunManager {
                 }
             };
             match started {
-                Ok((child, pid, client, envelope)) => {
+                Ok(runner) => {
                     // Starting → Running: the row first, so that nothing reads Running
                     // from the slot that the row would deny after a crash.
                     if let Err(e) = this.env.store.set_run_state(&id, RunState::Running) {
                         tracing::error!(run = %id, error = %e, "cannot record that the run is running");
                     }
-                    let _ = slot_tx.send(RunnerSlot::Ready { client: Box::new(client), pid });
+                    let (pid, envelope) = (runner.pid, runner.envelope_name());
+                    let _ = slot_tx.send(RunnerSlot::Ready { client: Box::new(runner.client.clone()), pid });
                     let payload = json!({ "runner_pid": pid, "runner_envelope": envelope });
                     this.env.events.record("runner_ready", &format!("run:{id}"), payload);
-                    this.watch(run_id, child, envelope == "native", stop_rx).await;
+                    this.watch(live_for_runner, runner, how, slot_tx, stop_rx).await;
                 }
                 Err(error) => {
                     let why = error.to_string();
@@ -682,121 +638,6 @@ impl RunManager {
             }
         });
         Ok(live)
-    }
-
-    /// Starts the run's runner: inside its `runner` envelope where sandboxd has a
-    /// native backend, else directly (as the service user under root). Returns the
-    /// process the run owns (bubblewrap, or the runner), the runner's own pid, its
-    /// client, and "native" or "unwrapped".
-    async fn start_runner(
-        &self,
-        sandboxd: &mut crate::channels::SandboxdClientWithSecret,
-        run: &LiveRun,
-        roots: String,
-        home: String,
-        socket: &Path,
-    ) -> Result<(GroupChild, u32, RunnerClientWithSecret, &'static str), RunError> {
-        let id = run.run_id.as_str();
-        let request = sb::GetRunnerEnvelopeRequest {
-            run_id: id.to_owned(),
-            runner_program: path_bytes(&self.env.runner_program),
-        };
-        let asked = sandboxd.get_runner_envelope(request);
-        let envelope = self.env.channels.within(HelperKind::Sandboxd, "GetRunnerEnvelope", asked).await?;
-        let envelope = envelope.into_inner().envelope.unwrap_or_default();
-        let enveloped = envelope.backend == SandboxBackend::Native as i32 && !envelope.argv.is_empty();
-        let bound = open_bound(&envelope.bound).await?;
-        let mut descriptors: Vec<_> = bound.into_iter().zip(cc_host::FIRST_BOUND_FD..).collect();
-        if enveloped {
-            descriptors.push((options_pipe(envelope.options)?, cc_host::OPTIONS_FD));
-        }
-        let (program, args) =
-            if enveloped {
-                let argv: Vec<String> =
-                    envelope.argv.into_iter().map(String::from_utf8).collect::<Result<_, _>>().map_err(|_| {
-                        RunError::Precondition("the runner's envelope has a path that is not UTF-8".into())
-                    })?;
-                let (program, args) =
-                    argv.split_first().ok_or_else(|| RunError::Internal("an empty runner envelope".into()))?;
-                (std::path::PathBuf::from(program), args.to_vec())
-            } else {
-                (self.env.runner_program.clone(), vec![])
-            };
-        let secret = PeerSecret::generate().map_err(|e| RunError::Internal(e.to_string()))?;
-        let socket = socket.to_owned();
-        let mut bootstrap = Bootstrap {
-            name: "runner".into(),
-            socket: socket.clone(),
-            data_dir: self.env.data.root().to_owned(),
-            log_format: self.env.log_format,
-            peers: [(SUPERVISOR_PEER.to_owned(), secret.clone())].into(),
-            // In the envelope the runner's parent is our init, and the envelope dies
-            // with us (bubblewrap's --die-with-parent).
-            supervisor_pid: if enveloped { 0 } else { std::process::id() },
-            options: BTreeMap::from([
-                ("roots".to_owned(), roots),
-                ("run".to_owned(), id.to_owned()),
-                ("home".to_owned(), home),
-            ]),
-        };
-        if let Ok(filter) = std::env::var("CC_LOG") {
-            bootstrap.options.insert("log".to_owned(), filter);
-        }
-        // As root, the runner runs as the service user too: it holds no capability, so
-        // it could not open the run's directories as root anyway.
-        let user = ServiceUser::when_root();
-        // The runner joins the run's cgroup before it execs, as every launch does.
-        let cgroup = match run.cgroup() {
-            Some(cgroup) => cgroup
-                .open_procs()
-                .map_err(|e| RunError::Internal(format!("cannot open the run's cgroup to join it: {e}")))?,
-            None => vec![],
-        };
-        let start = ProcessStart { user, descriptors, cgroup };
-        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", start)
-            .await
-            .map_err(|f| RunError::RunnerUnavailable(format!("the run's runner did not start: {}", f.message)))?;
-        let child_pid = child.id().unwrap_or(0);
-        let connected = if enveloped {
-            cc_proto::client::connect_to_descendant(&socket, child_pid).await
-        } else {
-            cc_proto::client::connect_checked(&socket, Some(child_pid)).await.map(|c| (c, child_pid))
-        };
-        match connected {
-            Ok((channel, runner_pid)) => {
-                let auth = PresentSecret::new(SUPERVISOR_PEER, &secret);
-                let client = RunnerClient::new(InterceptedService::new(channel, auth))
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                Ok((child, runner_pid, client, if enveloped { "native" } else { "unwrapped" }))
-            }
-            Err(e) => {
-                stop_child(&mut child, self.env.timeouts.stop).await;
-                cc_proto::socket::remove_socket(&socket);
-                Err(RunError::RunnerUnavailable(format!("cannot reach the run's runner: {e}")))
-            }
-        }
-    }
-
-    /// Owns the runner process until the run ends.
-    async fn watch(
-        self: Arc<Self>,
-        id: RunId,
-        mut child: GroupChild,
-        enveloped: bool,
-        stop: oneshot::Receiver<StopRequest>,
-    ) {
-        let (state, reason, done) = tokio::select! {
-            status = child.wait() => {
-                (RunState::Failed, format!("its runner exited ({})", describe_exit(status.ok(), enveloped)), None)
-            }
-            request = stop => {
-                stop_child(&mut child, self.env.timeouts.stop).await;
-                let (reason, done) = stop_reason(request);
-                (RunState::Stopped, reason, done)
-            }
-        };
-        self.finish(&id, state, &reason).await;
-        answer(done);
     }
 
     /// Ends a run: its row first, then it leaves the live map, so that no one ever reads
@@ -871,23 +712,5 @@ impl RunManager {
         if tokio::time::timeout(within, all).await.is_err() {
             tracing::warn!("runs not stopped within the shutdown deadline");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::process::ExitStatusExt;
-
-    #[test]
-    fn a_runner_killed_in_its_envelope_is_named_by_its_signal() {
-        let exited = |code: i32| Some(std::process::ExitStatus::from_raw(code << 8));
-        let signalled = |signal: i32| Some(std::process::ExitStatus::from_raw(signal));
-        assert_eq!(describe_exit(exited(137), true), "signal 9");
-        assert_eq!(describe_exit(exited(143), true), "signal 15");
-        assert_eq!(describe_exit(exited(137), false), "code 137", "unwrapped, a code is a code");
-        assert_eq!(describe_exit(exited(2), true), "code 2");
-        assert_eq!(describe_exit(signalled(9), false), "signal 9");
-        assert_eq!(describe_exit(None, true), "status unknown");
     }
 }

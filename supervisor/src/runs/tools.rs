@@ -234,7 +234,7 @@ impl RunManager {
             Some(Err(bash)) => return self.bash(&run, bash).await,
             None => return Err(RunError::BadRequest("the call names no tool".into())),
         };
-        let mut runner = run.ready_runner().await?;
+        let mut runner = run.ready_runner(self.deadlines().runner_call()).await?;
         let deadline = self.deadlines().runner_call();
         let called = runner.call_tool(rn::CallToolRequest { tool: Some(tool) });
         match crate::channels::within("runner", "CallTool", deadline, called).await {
@@ -256,7 +256,7 @@ impl RunManager {
                 Err(RunError::Helper(status))
             }
             Err(status) => Err(RunError::RunnerUnavailable(format!(
-                "the run's runner did not answer ({}); if it died, the run is marked failed: start a new run",
+                "the run's runner did not answer ({}); if it died, it is being started again: retry",
                 status.message()
             ))),
         }
