@@ -117,7 +117,10 @@ impl HelperChannels {
 }
 
 /// Runs `call` within `deadline`, or fails with `HELPER_TIMEOUT` naming `helper` (a
-/// helper's name, or "runner") and `what` it was asked.
+/// helper's name, or "runner") and `what` it was asked. A call that failed in the
+/// transport (the process went away or shut down under it: "h2 protocol error",
+/// "operation was canceled", words that name nobody) fails with `HELPER_RESTARTING`
+/// naming `helper`; answers of the helper's own pass unchanged.
 pub async fn within<T>(
     helper: &str,
     what: &str,
@@ -125,7 +128,18 @@ pub async fn within<T>(
     call: impl Future<Output = Result<T, Status>>,
 ) -> Result<T, Status> {
     match tokio::time::timeout(deadline, call).await {
+        Ok(Err(status)) if is_transport_failure(&status) => Err(reasons::helper_restarting(
+            format!("{helper} went away during {what} ({}); retry", status.message()),
+            helper,
+        )),
         Ok(result) => result,
         Err(_) => Err(reasons::helper_timeout(helper, what, deadline)),
     }
+}
+
+/// A call that failed in the transport rather than with an answer of the helper's:
+/// the helpers' own refusals carry a reason, or a code these are not.
+pub fn is_transport_failure(status: &Status) -> bool {
+    reasons::reason_of(status).is_none()
+        && matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
 }

@@ -145,13 +145,6 @@ fn died_in_flight(status: Status) -> RunError {
     RunError::HelperGone { helper: "sandboxd", detail: status.message().to_owned() }
 }
 
-/// A call that failed in the transport (the connection broke, or the process behind it
-/// is gone) rather than with an answer of sandboxd's, which always carries a reason.
-fn is_transport_failure(status: &Status) -> bool {
-    cc_proto::reasons::reason_of(status).is_none()
-        && matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
-}
-
 fn is_reason(status: &Status, reason: &str) -> bool {
     cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == reason)
 }
@@ -255,6 +248,13 @@ impl RunManager {
             {
                 Err(RunError::Helper(status))
             }
+            // The runner died under the call (HELPER_RESTARTING): a new one is started.
+            Err(status) if is_reason(&status, cc_proto::reasons::HELPER_RESTARTING) => {
+                Err(RunError::Helper(cc_proto::reasons::helper_restarting(
+                    "the run's runner died during the call and is being started again; retry",
+                    "runner",
+                )))
+            }
             Err(status) => Err(RunError::RunnerUnavailable(format!(
                 "the run's runner did not answer ({}); if it died, it is being started again: retry",
                 status.message()
@@ -304,7 +304,7 @@ impl RunManager {
         // nothing): the call waits for the process that replaces it and is made once
         // more. Its command, if it had started, died with the old envelope.
         if let Err(status) = &attempt
-            && is_transport_failure(status)
+            && is_reason(status, cc_proto::reasons::HELPER_RESTARTING)
         {
             let (sandboxd, _) = self.channels().sandboxd_except(Some(sandboxd_pid)).await?;
             attempt = launching(sandboxd, request.clone()).await;
