@@ -211,9 +211,21 @@ impl Roots {
             Err(Errno::ENOENT) => Mode::from_bits_truncate(0o644),
             Err(e) => return Err(ConfineError::io(path, e)),
         };
-        let temp = temp_name(name);
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(parent.as_fd(), temp.as_os_str(), flags, mode).map_err(|e| ConfineError::io(path, e))?;
+        // Exclusive, under a random name: the runners of other runs in the same
+        // conversation write the same directories, and a runner killed mid-write leaves
+        // its temporary file behind.
+        let (temp, fd) = (|| {
+            for _ in 0..8 {
+                let temp = temp_name(name);
+                match openat(parent.as_fd(), temp.as_os_str(), flags, mode) {
+                    Err(Errno::EEXIST) => continue,
+                    opened => return opened.map(|fd| (temp, fd)),
+                }
+            }
+            Err(Errno::EEXIST)
+        })()
+        .map_err(|e| ConfineError::io(path, e))?;
         let mut file = File::from(fd);
         let written = file.write_all(content).and_then(|_| file.sync_all());
         if let Err(source) = written {
@@ -363,12 +375,16 @@ fn real_path(dir: &OwnedFd) -> Result<PathBuf, Errno> {
     readlink(format!("/proc/self/fd/{}", dir.as_raw_fd()).as_str()).map(PathBuf::from)
 }
 
+/// `.NAME.cc-RANDOM.tmp`. Not our pid and a counter: in its envelope every runner is
+/// the same pid, and several runs of one conversation write the same directories.
 fn temp_name(name: &OsStr) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // Without randomness (never on Linux), the counter still varies the name; the
+    // exclusive open and its retries keep a clash harmless.
+    let n = getrandom::u64().unwrap_or_else(|_| NEXT.fetch_add(1, Ordering::Relaxed));
     let mut t = std::ffi::OsString::from(".");
     t.push(name);
-    t.push(format!(".cc-{}-{n}.tmp", std::process::id()));
+    t.push(format!(".cc-{n:016x}.tmp"));
     PathBuf::from(t)
 }
 

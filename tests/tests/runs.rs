@@ -584,3 +584,40 @@ fn a_stopped_sandboxd_fails_the_call_at_its_deadline_and_is_restarted() {
     let again = f.tool(&run, &["bash", "--", "echo again"]);
     assert_eq!(text(&again).0, "again\n", "{}", text(&again).1);
 }
+
+/// Runs of one conversation write the same directories, and every runner is the same
+/// pid inside its envelope: their writes' temporary files must not collide (found by
+/// the 20-run load benchmark as "File exists").
+#[test]
+fn runs_of_one_conversation_write_the_same_file_at_once() {
+    let f = fixture(None);
+    let runs: Vec<String> = (0..4).map(|_| f.start_run("chat")).collect();
+    let writers: Vec<_> = runs
+        .iter()
+        .cycle()
+        .take(12)
+        .enumerate()
+        .map(|(i, run)| {
+            let mut child = Command::new(bin("ccctl"))
+                .arg("--data-dir")
+                .arg(&f.sup.data_dir)
+                .args(["tool", run, "write", "shared.txt"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(format!("writer {i}\n").as_bytes()).unwrap();
+            child
+        })
+        .collect();
+    for writer in writers {
+        let out = writer.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out).1);
+    }
+    let content = text(&f.tool(&runs[0], &["read", "shared.txt"])).0;
+    assert!(content.starts_with("writer "), "one whole write won: {content:?}");
+    let listed = text(&f.tool(&runs[0], &["bash", "--", "ls -A"])).0;
+    assert!(!listed.contains(".tmp"), "no temporary file is left: {listed}");
+}
