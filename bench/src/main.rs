@@ -9,6 +9,9 @@
 //! * `search`: the runner's search over 50,000 files vs ripgrep on the same tree.
 //! * `runs`: a `read` tool call's round trip and calls per second, the runner's idle
 //!   memory, and `ccctl exec -- true` vs raw bubblewrap vs srt.
+//! * `limits`: a launch with the run's cgroup vs without.
+//! * `load`: read, write and bash under 20 live runs' load, and the time from a kill
+//!   -9 of sandboxd until every run's bash works again.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -21,6 +24,8 @@ use cc_proto::supervisor::v1 as pb;
 
 mod corpus;
 mod gate;
+mod limits;
+mod load;
 mod runs;
 mod sandbox;
 mod search;
@@ -33,7 +38,9 @@ fn main() -> anyhow::Result<()> {
         "gate" => gate::run(),
         "search" => search::run(),
         "runs" => runs::run(std::env::args().nth(2)),
-        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs)"),
+        "limits" => limits::run(),
+        "load" => load::run(),
+        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load)"),
     }
 }
 

@@ -128,7 +128,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn read_four_kib(client: &mut cc_client::Runs, run_id: &str) -> anyhow::Result<()> {
+pub(crate) async fn read_four_kib(client: &mut cc_client::Runs, run_id: &str) -> anyhow::Result<()> {
     let tool = Tool::Read(rn::ReadArgs { path: b"four.txt".to_vec(), offset: 0, limit: 0 });
     let request = pb::CallToolRequest { run_id: run_id.to_owned(), tool: Some(tool) };
     let mut stream = client.call_tool(request).await?.into_inner();
@@ -145,7 +145,7 @@ async fn read_four_kib(client: &mut cc_client::Runs, run_id: &str) -> anyhow::Re
 }
 
 /// A small repository with a 4 KiB text file, committed.
-fn demo_repo(dir: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn demo_repo(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let line = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n"; // 64 bytes
     std::fs::write(dir.join("four.txt"), line.repeat(64))?;
@@ -164,11 +164,11 @@ fn demo_repo(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir.to_owned())
 }
 
-fn path_str(p: &Path) -> anyhow::Result<&str> {
+pub(crate) fn path_str(p: &Path) -> anyhow::Result<&str> {
     p.to_str().context("the bench's temporary paths must be UTF-8")
 }
 
-fn ccctl(data: &Path, args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn ccctl(data: &Path, args: &[&str]) -> anyhow::Result<String> {
     let out: Output = Command::new(sibling("ccctl")?).arg("--data-dir").arg(data).args(args).output()?;
     if !out.status.success() {
         bail!("ccctl {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());

@@ -32,39 +32,11 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     if !status.success() {
         bail!("git init failed in {}", work.display());
     }
-    let socket = tmp.path().join("sock/sandboxd.sock");
-    let secret = PeerSecret::generate()?;
-    let mut child = Command::new(sibling("cc-sandboxd")?)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("CC_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
-    let mut line = String::new();
-    stdout.read_line(&mut line)?;
-    let bootstrap = Bootstrap {
-        name: "sandboxd".into(),
-        socket: socket.clone(),
-        data_dir: tmp.path().to_owned(),
-        log_format: cc_proto::logging::LogFormat::Text,
-        peers: [("supervisor".to_owned(), secret.clone())].into(),
-        supervisor_pid: std::process::id(),
-        options: [("sandbox".to_owned(), "native".to_owned())].into(),
-    };
-    child.stdin.take().context("stdin")?.write_all(&bootstrap.to_json_line())?;
-    line.clear();
-    stdout.read_line(&mut line)?;
-    if line.trim() != "READY" {
-        bail!("sandboxd did not start: {line:?}");
-    }
+    let (mut child, socket, secret) = start_sandboxd(tmp.path())?;
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (ours, idle) = runtime.block_on(async {
-        let channel = cc_proto::client::connect(&socket).await?;
-        let mut client =
-            SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new("supervisor", &secret)));
+        let mut client = sandboxd_client(&socket, &secret).await?;
         let probe = client.get_probe(pb::GetProbeRequest {}).await?.into_inner();
         if probe.backend != SandboxBackend::Native as i32 {
             bail!("no native backend: {}", probe.detail);
@@ -219,11 +191,51 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts cc-sandboxd (native backend) on a data dir of `root`, as its supervisor:
+/// the bench holds its peer secret. Returns the child, its socket and the secret.
+pub(crate) fn start_sandboxd(root: &Path) -> anyhow::Result<(std::process::Child, std::path::PathBuf, PeerSecret)> {
+    let socket = root.join("sock/sandboxd.sock");
+    let secret = PeerSecret::generate()?;
+    let mut child = Command::new(sibling("cc-sandboxd")?)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("CC_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    let bootstrap = Bootstrap {
+        name: "sandboxd".into(),
+        socket: socket.clone(),
+        data_dir: root.to_owned(),
+        log_format: cc_proto::logging::LogFormat::Text,
+        peers: [("supervisor".to_owned(), secret.clone())].into(),
+        supervisor_pid: std::process::id(),
+        options: [("sandbox".to_owned(), "native".to_owned())].into(),
+    };
+    child.stdin.take().context("stdin")?.write_all(&bootstrap.to_json_line())?;
+    line.clear();
+    stdout.read_line(&mut line)?;
+    if line.trim() != "READY" {
+        bail!("sandboxd did not start: {line:?}");
+    }
+    // Whatever it prints later is drained, never met with a closed pipe.
+    std::thread::spawn(move || stdout.lines().for_each(drop));
+    Ok((child, socket, secret))
+}
+
+/// A client of the sandboxd at `socket`, presenting the supervisor's `secret`.
+pub(crate) async fn sandboxd_client(socket: &Path, secret: &PeerSecret) -> anyhow::Result<Client> {
+    let channel = cc_proto::client::connect(socket).await?;
+    Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new("supervisor", secret))))
+}
+
+pub(crate) type Client = SandboxdClient<InterceptedService<tonic::transport::Channel, PresentSecret>>;
+
 /// One `true` through Launch: when the call answered, and when the exit arrived.
-async fn run_true(
-    client: &mut SandboxdClient<InterceptedService<tonic::transport::Channel, PresentSecret>>,
-    request: pb::LaunchRequest,
-) -> anyhow::Result<(Duration, Duration)> {
+pub(crate) async fn run_true(client: &mut Client, request: pb::LaunchRequest) -> anyhow::Result<(Duration, Duration)> {
     let t = Instant::now();
     let mut stream = client.launch(request).await?.into_inner();
     let started = t.elapsed();
