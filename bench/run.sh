@@ -18,6 +18,12 @@ if [ -n "$srt" ] && ! { command -v socat >/dev/null && command -v rg >/dev/null;
 fi
 ./target/release/cc-bench sandbox "$srt"
 ./target/release/cc-bench runs "$srt"
+./target/release/cc-bench load
+if [ "$(id -u)" = 0 ]; then
+  ./target/release/cc-bench limits
+else
+  echo "cc-bench limits skipped: it makes cgroups of its own and needs root (or a delegated cgroup)"
+fi
 if [ "$(id -u)" = 0 ]; then
   bench/worktrees.sh
 else

@@ -54,7 +54,7 @@ pub(crate) fn sibling(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// A supervisor started for measuring; stopped on drop.
-struct Running {
+pub(crate) struct Running {
     child: std::process::Child,
 }
 
