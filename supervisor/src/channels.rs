@@ -93,6 +93,15 @@ impl HelperChannels {
         Ok(self.sandboxd_except(None).await?.0)
     }
 
+    /// A client of the sandboxd process `pid`, whatever its state: the supervisor's
+    /// own reconciliation of a process that is not yet serving calls.
+    pub async fn sandboxd_at(&self, pid: u32) -> Result<SandboxdClientWithSecret, Status> {
+        let helper = self.helpers.of(HelperKind::Sandboxd);
+        let channel =
+            self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), "sandboxd"))?;
+        Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
+    }
+
     /// A client of sandboxd and the pid it talks to; with `not`, of the process that
     /// replaces that one (a call found it gone).
     pub async fn sandboxd_except(&self, not: Option<u32>) -> Result<(SandboxdClientWithSecret, u32), Status> {

@@ -138,8 +138,14 @@ pub struct SuperviseEnv {
     pub log_format: LogFormat,
 }
 
+/// What a helper process must be told before it serves calls (containerd's model: the
+/// supervisor is the source of truth, and a helper that starts again is told again).
+/// Called with the new process's pid, it tells it over a channel to that pid.
+pub type Reconcile = Arc<dyn Fn(u32) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 pub struct Helper {
     launch: HelperLaunch,
+    reconcile: Mutex<Option<Reconcile>>,
     /// New for every process: a secret learned from one process dies with it.
     secret: Mutex<PeerSecret>,
     snapshot: Mutex<Snapshot>,
@@ -211,6 +217,17 @@ impl Helper {
     fn subject(&self) -> String {
         format!("helper:{}", self.name())
     }
+
+    /// Sets what each new process of this helper is told before it counts as serving.
+    pub fn set_reconcile(&self, reconcile: Reconcile) {
+        if let Ok(mut slot) = self.reconcile.lock() {
+            *slot = Some(reconcile);
+        }
+    }
+
+    fn reconcile(&self) -> Option<Reconcile> {
+        self.reconcile.lock().ok().and_then(|r| r.clone())
+    }
 }
 
 /// Every helper, each with its supervision task.
@@ -229,6 +246,7 @@ impl HelperSet {
             let (control, control_rx) = mpsc::channel(8);
             let helper = Arc::new(Helper {
                 launch,
+                reconcile: Mutex::new(None),
                 secret: Mutex::new(PeerSecret::generate()?),
                 snapshot: Mutex::new(Snapshot {
                     pid: None,
@@ -352,6 +370,11 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
             Ok(mut child) => {
                 let started = *serving_since.insert(Instant::now());
                 let pid = child.id().unwrap_or(0);
+                // Told what it must know (sandboxd: every live run) before it counts as
+                // serving: until then, calls that need it wait for it.
+                if let Some(reconcile) = helper.reconcile() {
+                    let _ = tokio::time::timeout(env.policy.ready_timeout(), reconcile(pid)).await;
+                }
                 let restarts = helper.snapshot().restarts + u32::from(!matches!(reason, StartReason::First));
                 helper.update(|s| {
                     s.state = HelperState::Running;
@@ -706,7 +729,8 @@ mod tests {
         };
         let snapshot = Snapshot { pid: None, state, restarts: 0, last_exit: None };
         let secret = Mutex::new(PeerSecret::generate().unwrap());
-        (Arc::new(Helper { launch, secret, snapshot: Mutex::new(snapshot), control, changed }), control_rx)
+        let reconcile = Mutex::new(None);
+        (Arc::new(Helper { launch, reconcile, secret, snapshot: Mutex::new(snapshot), control, changed }), control_rx)
     }
 
     #[tokio::test]

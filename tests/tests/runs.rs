@@ -509,10 +509,17 @@ fn live_runs_outlive_a_sandboxd_killed_or_restarted() {
         echo(run, "after-kill");
         assert_eq!(text(&f.tool(run, &["read", "README.md"])).0, "# demo\n");
     }
-    assert_ne!(sandboxd(&f.sup), killed, "a new sandboxd serves");
+    let new = sandboxd(&f.sup);
+    assert_ne!(new, killed, "a new sandboxd serves");
     let event = f.sup.await_event(Duration::from_secs(10), |e| e.kind == "runs_reregistered");
     let payload = cc_tests::payload(&event);
     assert_eq!((payload["runs"].as_u64(), payload["registered"].as_u64()), (Some(3), Some(3)), "{payload}");
+    // Told before it counts as serving: no call met a sandboxd without its run.
+    let serving = f.sup.await_event(Duration::from_secs(10), |e| {
+        e.kind == "helper_restarted" && e.subject == "helper:sandboxd" && cc_tests::payload(e)["pid"] == new
+    });
+    assert_eq!(payload["pid"], new);
+    assert!(event.id < serving.id, "runs registered (event {}) before serving (event {})", event.id, serving.id);
 
     let out = f.sup.ccctl(&["helpers", "restart", "sandboxd"]);
     assert!(out.status.success(), "{}", text(&out).1);

@@ -352,37 +352,6 @@ fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Registers every live run again each time sandboxd serves as a new process, so that
-/// the runs outlive the helper (DESIGN §2 rule 1). A call that comes before this has
-/// caught up registers its own run and retries (`runs::tools`).
-async fn reregister_after_restarts(manager: std::sync::Weak<RunManager>) {
-    let Some(sandboxd) = manager.upgrade().map(|m| m.env.channels.helpers().of(HelperKind::Sandboxd).clone()) else {
-        return;
-    };
-    let mut changes = sandboxd.changes();
-    let mut last = sandboxd.snapshot().pid;
-    while changes.changed().await.is_ok() {
-        let Some(manager) = manager.upgrade() else { return };
-        let pid = sandboxd.snapshot().pid;
-        if pid.is_none() || pid == last {
-            continue;
-        }
-        last = pid;
-        let runs: Vec<Arc<LiveRun>> = manager.lock().values().cloned().collect();
-        let mut registered = 0u32;
-        for run in &runs {
-            match manager.reregister(run).await {
-                Ok(()) => registered += 1,
-                Err(e) => tracing::warn!(run = %run.run_id, error = %e, "cannot register the run with sandboxd again"),
-            }
-        }
-        if !runs.is_empty() {
-            let payload = json!({ "pid": pid, "runs": runs.len(), "registered": registered });
-            manager.env.events.record("runs_reregistered", "helper:sandboxd", payload);
-        }
-    }
-}
-
 /// Why a run stops, and whom to tell once it has: a stop request, or the manager
 /// gone (shutdown without a stop), when the runner goes too.
 fn stop_reason(request: Result<StopRequest, oneshot::error::RecvError>) -> (String, Option<oneshot::Sender<()>>) {
@@ -421,8 +390,46 @@ impl RunManager {
             }
         }
         let manager = Arc::new(Self { env, live: Mutex::default() });
-        tokio::spawn(reregister_after_restarts(Arc::downgrade(&manager)));
+        // Every new sandboxd process gets every live run before it serves calls
+        // (DESIGN §2 rule 1). A call that still finds its run missing registers it and
+        // retries (`runs::tools`).
+        let weak = Arc::downgrade(&manager);
+        let reconcile: crate::helpers::Reconcile = Arc::new(move |pid| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                if let Some(manager) = weak.upgrade() {
+                    manager.register_all_with(pid).await;
+                }
+            })
+        });
+        manager.env.channels.helpers().of(HelperKind::Sandboxd).set_reconcile(reconcile);
         manager
+    }
+
+    /// Registers every live run with the new sandboxd process `pid`, which keeps run
+    /// policies in memory only; `runs_reregistered` says how many it took.
+    async fn register_all_with(&self, pid: u32) {
+        let runs: Vec<Arc<LiveRun>> = self.lock().values().cloned().collect();
+        if runs.is_empty() {
+            return;
+        }
+        let channels = &self.env.channels;
+        let mut registered = 0u32;
+        for run in &runs {
+            let told = async {
+                let mut sandboxd = channels.sandboxd_at(pid).await?;
+                let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(run.policy.clone()) });
+                channels.within(HelperKind::Sandboxd, "RegisterRun", register).await
+            };
+            match told.await {
+                Ok(_) => registered += 1,
+                Err(e) => {
+                    tracing::warn!(run = %run.run_id, error = %e.message(), "cannot register the run with sandboxd again")
+                }
+            }
+        }
+        let payload = json!({ "pid": pid, "runs": runs.len(), "registered": registered });
+        self.env.events.record("runs_reregistered", "helper:sandboxd", payload);
     }
 
     /// Registers a live run with sandboxd again (sandboxd restarted and lost it).
