@@ -314,6 +314,11 @@ fn every_helper_is_non_dumpable_as_the_kernel_sees_it() {
     let sup = Supervisor::start_on(&tmp.path().join("data"), Options { uid: Some(65534), ..Default::default() });
     let out = sup.ccctl(&["status", "--wait", "10"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Issue 18: an ordinary uid may not make cgroups here, and says so rather than
+    // falling back in silence.
+    let limits = sup.ccctl_json(&["status"])["limits"].as_str().unwrap().to_owned();
+    assert!(limits.starts_with("limits=rlimits-only (cannot make /sys/fs/cgroup/"), "{limits}");
+    assert!(sup.stdout_lines.iter().any(|l| l == &format!("cc-supervisor: {limits}")), "{:?}", sup.stdout_lines);
     for (name, pid) in sup.helper_pids() {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let uid =
