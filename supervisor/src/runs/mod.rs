@@ -119,8 +119,12 @@ impl OwnedCgroup {
 impl Drop for OwnedCgroup {
     fn drop(&mut self) {
         if let Some(cgroup) = self.0.get_mut().ok().and_then(Option::take) {
-            // Off the async threads: removal waits for killed processes to go.
-            tokio::task::spawn_blocking(move || cgroup.remove());
+            // Off the async threads when there are some: removal waits for killed
+            // processes to go. Without a runtime (its end), here and now.
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || cgroup.remove())),
+                Err(_) => cgroup.remove(),
+            }
         }
     }
 }
