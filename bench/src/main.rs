@@ -9,7 +9,8 @@
 //! * `search`: the runner's search over 50,000 files vs ripgrep on the same tree.
 //! * `runs`: a `read` tool call's round trip and calls per second, the runner's idle
 //!   memory, and `ccctl exec -- true` vs raw bubblewrap vs srt.
-//! * `limits`: a launch with the run's cgroup vs without.
+//! * `limits`: a launch with the run's cgroup vs without, and another run's read and
+//!   the status call while one run sits at its process or memory limit.
 //! * `load`: read, write and bash under 20 live runs' load, and the time from a kill
 //!   -9 of sandboxd until every run's bash works again.
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@ mod corpus;
 mod gate;
 mod limits;
 mod load;
+mod neighbours;
 mod runs;
 mod sandbox;
 mod search;
@@ -38,7 +40,7 @@ fn main() -> anyhow::Result<()> {
         "gate" => gate::run(),
         "search" => search::run(),
         "runs" => runs::run(std::env::args().nth(2)),
-        "limits" => limits::run(),
+        "limits" => limits::run().and_then(|()| neighbours::run()),
         "load" => load::run(),
         other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load)"),
     }
