@@ -26,6 +26,8 @@ fn helpers_die_with_a_killed_supervisor() {
             Err(_) => panic!("{name} (pid {pid}) survived its supervisor"),
         }
     }
+    // A killed supervisor cannot remove its cgroups: the next start on its data dir does.
+    drop(Supervisor::start_on(&sup.data_dir, Options::default()));
 }
 
 /// The run's runner lives in its own `runner` envelope: other namespaces, no
@@ -74,6 +76,10 @@ fn the_runner_is_enveloped_and_dies_with_a_killed_supervisor() {
         || !alive(pid),
     );
     drop(reaper);
+    // The run's cgroup, which the killed supervisor left, goes with the next start.
+    let cgroups = cc_tests::runs::run_cgroups(&run);
+    drop(Supervisor::start_on(&f.sup.data_dir, Options::default()));
+    assert!(cgroups.iter().all(|c| !c.exists()), "swept: {cgroups:?}");
 }
 
 /// Issue 18: a runner killed with its supervisor leaves its socket; the next start
