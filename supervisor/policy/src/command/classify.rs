@@ -36,6 +36,28 @@ const COMMAND_VARIABLES: &[&str] = &[
     "PS3",
 ];
 
+/// Variables naming the program that shows long output.
+const PAGER_VARIABLES: &[&str] = &["PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER", "BAT_PAGER", "DELTA_PAGER"];
+
+/// `cat`, `less -R`, `head -n 5`, `delta --dark`: a known pager given only options (and
+/// their numbers), by its bare name, or nothing at all.
+pub fn is_harmless_pager(value: &Arg) -> bool {
+    const PAGERS: &[&str] =
+        &["cat", "less", "more", "most", "head", "tail", "delta", "bat", "batcat", "diff-so-fancy", "tee", ""];
+    if !value.literal {
+        return false;
+    }
+    let mut words = value.text.split_whitespace();
+    let program = words.next().unwrap_or("");
+    PAGERS.contains(&program)
+        && words.all(|w| {
+            (w.starts_with('-') && w.chars().all(|c| c.is_ascii_alphanumeric() || "-=_".contains(c)))
+                || w.chars().all(|c| c.is_ascii_digit())
+        })
+        && !value.text.contains(['|', ';', '&', '$', '`', '<', '>', '(', ')'])
+        && !(program == "tee" && value.text.split_whitespace().count() > 1)
+}
+
 /// Variables that change which program runs, or what it loads.
 const LOADER_VARIABLES: &[&str] = &[
     "LD_PRELOAD",
@@ -84,7 +106,9 @@ const SYSTEM_PATH: &[&str] = &["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/l
 /// variable makes whatever runs next something we cannot see into.
 pub fn assignment(an: &mut Analyzer, name: &str, value: &Arg, part: &mut Part) {
     let command_like = COMMAND_VARIABLES.contains(&name) || (name.starts_with("GIT_CONFIG_VALUE_"));
-    if command_like {
+    if PAGER_VARIABLES.contains(&name) && is_harmless_pager(value) {
+        // `GIT_PAGER=cat git log`: a pager that only shows text chooses nothing.
+    } else if command_like {
         part.add(C::Opaque, format!("{name} names a command that runs later"));
         if value.literal {
             an.script(&value.text, Some("command variable"));
@@ -127,7 +151,7 @@ fn network_device(path: &str) -> Option<&str> {
 }
 
 /// Redirections of a command: writes into files, and the devices no one should write.
-pub fn redirections(simple: &Simple, part: &mut Part) {
+pub fn redirections(an: &Analyzer, simple: &Simple, part: &mut Part) {
     for target in simple.reads.iter().chain(&simple.writes) {
         if let Some(host) = network_device(&target.text) {
             part.add(C::Mutation, format!("opens a network connection to {host}"));
@@ -146,6 +170,7 @@ pub fn redirections(simple: &Simple, part: &mut Part) {
         if target.literal && is_kernel_or_disk(path) {
             part.add(C::SystemDestruction, format!("writes to {path}"));
         } else {
+            programs::file_changed(&an.dirs.cwd, target, "writes to", part);
             part.add(C::Mutation, format!("writes to {path}"));
         }
         part.effects.insert(E::WriteFile);
@@ -203,13 +228,24 @@ pub fn simple(an: &mut Analyzer, simple: &Simple, part: &mut Part) {
 }
 
 /// Classifies `args` as a command line; wrappers loop back here with what they wrap.
-pub fn argv(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part: &mut Part) {
+pub fn argv(an: &mut Analyzer, args: &[Arg], stdin_text: Option<&str>, part: &mut Part) {
+    let in_child = an.in_child;
+    unwrapped(an, args, stdin_text, part);
+    an.in_child = in_child;
+}
+
+fn unwrapped(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part: &mut Part) {
     let mut wrapped = false;
     // Bounded: every wrapper consumes at least its own name.
     loop {
         let Some(first) = args.first() else { return };
         if !first.literal {
             part.add(C::Opaque, format!("the command name is computed at run time ({})", first.text));
+            // It may be `cd`, `source` or a function: nothing about this shell is known after it.
+            if !an.in_child {
+                an.vars.forget_all();
+                an.dirs.lost();
+            }
             return;
         }
         if first.glob {
@@ -225,6 +261,10 @@ pub fn argv(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part:
             Unwrapped::Command(inner) => {
                 args = inner;
                 wrapped = true;
+                // `builtin cd`, `command cd` and `time cd` still run in this shell.
+                if !matches!(name.as_str(), "builtin" | "command" | "time" | "and" | "or" | "not") {
+                    an.in_child = true;
+                }
             }
             Unwrapped::Done => return,
             Unwrapped::NotAWrapper => break,
@@ -241,10 +281,18 @@ pub fn argv(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part:
     // And a function may not stand in for a program we know: `rm() { :; }; rm -rf ~`
     // is judged as rm (the definition could sit in a subshell or be unset).
     let mut own = Part::default();
+    let appended = std::mem::replace(
+        &mut an.args_appended,
+        part.via.iter().any(|v| matches!(*v, "xargs" | "find -exec" | "fd -x" | "parallel")),
+    );
     programs::program(an, &name, &args[0].text, &args[1..], stdin_text, &mut own);
+    an.args_appended = appended;
     let unknown = own.classes.iter().all(|c| *c == C::Mutation)
         && own.notes.iter().all(|n| n.ends_with("not known to be read-only"));
     if an.functions.contains(&name) && !wrapped && !args[0].text.contains('/') && unknown {
+        // The body was analysed; what it assigns or where it goes is not followed.
+        an.vars.forget_all();
+        an.dirs.lost();
         part.add(C::ReadOnly, "");
         return;
     }
@@ -374,7 +422,78 @@ fn unwrap<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Part) -
             }
             &rest[i.min(rest.len())..]
         }
-        "nohup" | "setsid" | "builtin" | "unbuffer" => skip_options(rest, "", &[]),
+        "nohup" | "setsid" | "builtin" | "unbuffer" | "chronic" | "ifne" | "catchsegv" | "valgrind"
+        | "dbus-run-session" | "and" | "or" | "not" | "nocache" | "eatmydata" | "fakeroot" | "tsocks" => {
+            skip_options(rest, "", &[])
+        }
+        // Run their command as given, under a limit, a proxy or another session.
+        "rlwrap" => skip_options(rest, "fHpPlSsCDhmqoz", &["file", "history-filename", "prompt-colour"]),
+        "dumb-init" => skip_options(rest, "r", &["rewrite"]),
+        "tini" => skip_options(rest, "pe", &[]),
+        "torsocks" => skip_options(rest, "upaP", &["user", "pass", "address", "port"]),
+        "proxychains" | "proxychains4" => skip_options(rest, "f", &[]),
+        "caffeinate" => skip_options(rest, "tw", &[]),
+        "systemd-inhibit" => skip_options(rest, "", &["what", "who", "why", "mode"]),
+        "xvfb-run" => skip_options(
+            rest,
+            "nsfepw",
+            &["server-num", "server-args", "auth-file", "error-file", "xauth-protocol", "wait"],
+        ),
+        "ssh-agent" => skip_options(rest, "aEtP", &[]),
+        "numactl" => {
+            skip_options(rest, "NmCipP", &["cpunodebind", "membind", "physcpubind", "interleave", "preferred"])
+        }
+        "prlimit" => {
+            if rest.iter().any(|a| a.text == "-p" || a.text.starts_with("--pid")) {
+                part.add(C::Mutation, "prlimit --pid changes a running process");
+                return Unwrapped::Done;
+            }
+            skip_options(rest, "o", &["output"])
+        }
+        "cpulimit" => {
+            if rest.iter().any(|a| a.text == "-p" || a.text.starts_with("--pid")) {
+                part.add(C::Mutation, "cpulimit --pid changes a running process");
+                return Unwrapped::Done;
+            }
+            skip_options(rest, "le", &["limit", "exe"])
+        }
+        "faketime" => skip_positionals(skip_options(rest, "", &[]), 1),
+        "gtimeout" => skip_positionals(skip_options(rest, "sk", &["signal", "kill-after"]), 1),
+        "entr" => {
+            // `entr -s 'cmd'` hands its argument to a shell.
+            let after = skip_options(rest, "", &[]);
+            if rest.iter().take_while(|a| a.text.starts_with('-')).any(|a| a.text.contains('s')) {
+                body(an, after.first(), "entr -s", part);
+                return Unwrapped::Done;
+            }
+            after
+        }
+        "sshpass" => skip_options(rest, "pfdP", &[]),
+        "gosu" | "su-exec" | "setuidgid" | "runcon" => {
+            part.add(C::PrivilegeEscalation, format!("{name} runs as another user or security context"));
+            skip_positionals(
+                skip_options(rest, "urtl", &[]),
+                usize::from(name != "runcon" || !rest.iter().any(|a| a.text.starts_with('-'))),
+            )
+        }
+        "chpst" => {
+            if rest.iter().any(|a| a.text.starts_with("-u") || a.text.starts_with("-U")) {
+                part.add(C::PrivilegeEscalation, "chpst -u runs as another user");
+            }
+            skip_options(rest, "uUbenlLmdofcpr/", &[])
+        }
+        "please" | "sudo-rs" => {
+            part.add(C::PrivilegeEscalation, format!("{name} runs as another user"));
+            skip_options(rest, "utgdr", &["user", "target", "group", "dir"])
+        }
+        "parallel" | "sem" => return super::wrappers::parallel(an, name, rest, part),
+        "op" | "doppler" | "dotenvx" | "infisical" | "aws-vault" | "mise" | "rtx" | "asdf" | "rbenv" | "pyenv"
+        | "nodenv" | "direnv" | "nix" | "nix-shell" | "devbox" | "flox" | "env-cmd" | "cross-env" | "dotenv" => {
+            match super::wrappers::runner(an, name, rest, part) {
+                Some(inner) => inner,
+                None => return Unwrapped::Done,
+            }
+        }
         "time" => {
             if rest
                 .iter()

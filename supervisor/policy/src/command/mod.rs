@@ -13,9 +13,14 @@
 //! gateway and files by the envelope, not here.
 
 mod classify;
+mod cwd;
+mod parse;
+mod printing;
 mod programs;
+mod vars;
 mod walk;
 mod words;
+mod wrappers;
 
 use std::collections::BTreeSet;
 
@@ -86,6 +91,11 @@ impl Part {
         }
         classes
     }
+}
+
+/// The package managers whose installs and publishes the classifier knows by name.
+pub fn package_managers() -> &'static [&'static str] {
+    programs::package_managers()
 }
 
 /// Every simple command of the line, in source order (inner commands before the one

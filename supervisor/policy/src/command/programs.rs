@@ -7,13 +7,20 @@ use super::walk::Analyzer;
 use super::words::Arg;
 use crate::effect::{CommandClass as C, Effect as E};
 
+mod cloud;
+mod containers;
 mod files;
 mod git;
+mod inline;
 mod network;
 mod packages;
+mod shells;
 mod system;
 
-use files::{awk, dd, find, is_system_dir, permissions, remove, sed, tar, writes};
+pub use files::changes_file as file_changed;
+use files::{awk, changes_file, copies, dd, find, is_system_dir, permissions, remove, sed, tar, writes};
+pub use packages::covered as package_managers;
+pub use shells::is_shell;
 use system::{ip, kill, systemctl};
 
 /// Programs that only read, whatever their arguments (those with a writing flag are
@@ -47,11 +54,6 @@ const MUTATION: &[&str] = &[
 ];
 
 #[rustfmt::skip]
-const SHELLS: &[&str] = &[
-    "bash", "sh", "zsh", "dash", "ksh", "mksh", "ash", "yash", "posh", "rbash",
-];
-
-#[rustfmt::skip]
 const INTERPRETERS: &[&str] = &[
     "python", "python2", "python3", "pypy", "pypy3", "node", "nodejs", "deno", "perl", "ruby", "php", "lua",
     "luajit", "Rscript", "tclsh", "wish", "osascript", "pwsh", "powershell", "julia", "elixir", "erl", "escript",
@@ -59,6 +61,7 @@ const INTERPRETERS: &[&str] = &[
 ];
 
 pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_text: Option<&str>, part: &mut Part) {
+    shell_state(an, name, args);
     match name {
         "git" => git::git(an, args, part),
         "gh" => network::gh(args, part),
@@ -68,14 +71,32 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
         "nc" | "ncat" | "netcat" | "socat" | "telnet" | "aria2c" | "ftp" | "lftp" | "tftp" => {
             network::client(name, args, part)
         }
-        "ssh" | "scp" | "sftp" | "rsync" => network::remote_copy(name, args, part),
+        "ssh" | "scp" | "sftp" | "rsync" => {
+            if files::setid_mode(args) {
+                part.add(C::PrivilegeEscalation, format!("{name} makes a set-id program"));
+            }
+            network::remote_copy(name, args, part)
+        }
         "ping" | "ping6" | "dig" | "nslookup" | "host" | "traceroute" | "tracepath" | "whois" | "mtr" => {
             network::lookup(args, part)
         }
-        "kubectl" | "helm" => network::cluster(name, args, part),
+        "kubectl" | "oc" => cloud::kubectl(args, part),
+        "helm" => cloud::helm(args, part),
+        "terraform" | "tofu" | "terragrunt" => cloud::terraform(name, args, part),
+        "pulumi" => cloud::pulumi(args, part),
+        "aws" => cloud::aws(args, part),
+        "gcloud" | "az" | "doctl" | "linode-cli" | "hcloud" | "scw" | "oci" | "ibmcloud" | "eksctl" => {
+            cloud::grouped_cli(name, args, part)
+        }
+        "flyctl" | "fly" | "heroku" | "vercel" | "netlify" | "wrangler" | "firebase" | "railway" | "render"
+        | "serverless" | "sls" | "cdk" | "sam" | "amplify" | "surge" => cloud::deployer(name, args, part),
+        "gsutil" | "s3cmd" | "rclone" | "mc" => network::object_store(name, args, part),
+        "mosh" | "autossh" | "ssh-copy-id" => network::remote_shell(name, args, part),
         _ if packages::handles(name) => packages::classify(an, name, args, part),
-        _ if SHELLS.contains(&name) => shell(an, name, args, stdin_text, part),
-        _ if INTERPRETERS.contains(&name) || name.starts_with("python3.") => interpreter(name, args, part),
+        _ if is_shell(name) => shells::shell(an, name, args, stdin_text, part),
+        _ if INTERPRETERS.contains(&name) || name.starts_with("python3.") => {
+            inline::interpreter(an, name, args, stdin_text, part)
+        }
         "eval" => join_as_script(an, args, "eval", part),
         "trap" => {
             // `trap -- 'cmd' EXIT`: after -- (or -p/-l, which only print) comes the action.
@@ -114,7 +135,15 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
             }
             part.add(C::ReadOnly, "");
         }
-        "source" | "." => part.add(C::Opaque, format!("runs the commands in {}", show(args.first()))),
+        "source" | "." => match args.first().and_then(|a| a.output.as_ref()) {
+            // `source <(echo …)`: the line shows what is sourced.
+            Some(text) => {
+                let text = text.clone();
+                an.script(&text, Some("source <(…)"));
+                part.add(C::ReadOnly, "");
+            }
+            None => part.add(C::Opaque, format!("runs the commands in {}", show(args.first()))),
+        },
         // Builtins that set a variable by name without an assignment word.
         "read" | "printf" | "mapfile" | "readarray" | "getopts" => {
             let targets: Vec<&Arg> = match name {
@@ -123,7 +152,7 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
                 "read" => super::classify::skip_options(args, "pdnNtuai", &[]).iter().collect(),
                 _ => super::classify::skip_options(args, "dnOsuCc", &[]).iter().take(1).collect(),
             };
-            let unknown = Arg { text: String::new(), literal: false, glob: false, home: false };
+            let unknown = Arg::dynamic("");
             for t in targets {
                 let target = t.text.split('[').next().unwrap_or("");
                 super::classify::assignment(an, target, &unknown, part);
@@ -168,20 +197,22 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
         "fzf" if args.iter().any(|a| a.text.starts_with("--preview") || a.text.starts_with("--bind")) => {
             part.add(C::Opaque, "fzf runs the commands it is given")
         }
-        "rm" | "rmdir" | "unlink" | "shred" => remove(name, args, part),
-        "chmod" | "chown" | "chgrp" => permissions(name, args, part),
-        "dd" => dd(args, part),
-        "mv" => {
-            for a in args.iter().filter(|a| !a.text.starts_with('-')) {
-                if a.literal && is_system_dir(&a.text) {
-                    part.add(C::SystemDestruction, format!("moves {}", a.text));
-                }
+        "rm" | "rmdir" | "unlink" | "shred" => remove(an, name, args, part),
+        "chmod" | "chown" | "chgrp" | "chattr" => permissions(an, name, args, part),
+        "dd" => dd(an, args, part),
+        "mv" | "cp" | "install" | "ln" | "link" => copies(an, name, args, part),
+        "truncate" | "touch" | "mkdir" | "mknod" | "mkfifo" => {
+            let operands =
+                super::classify::skip_options(args, "srodtm", &["size", "reference", "date", "time", "mode"]);
+            for t in operands.iter().filter(|a| !a.text.starts_with('-')) {
+                changes_file(&an.dirs.cwd, t, &format!("{name} changes"), part);
             }
-            writes(args, part, "");
+            writes(args, part, name);
         }
         "tee" => {
             let files: Vec<&Arg> = args.iter().filter(|a| !a.text.starts_with('-')).collect();
             for f in &files {
+                changes_file(&an.dirs.cwd, f, "tee writes", part);
                 if f.literal && is_kernel_or_disk(&f.text) {
                     part.add(C::SystemDestruction, format!("writes to {}", f.text));
                 } else if !(f.literal && super::classify::is_harmless_device(&f.text)) {
@@ -212,7 +243,7 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
             }
             part.add(C::ReadOnly, "");
         }
-        "sed" => sed(args, part),
+        "sed" => sed(an, args, part),
         "awk" | "gawk" | "mawk" | "nawk" => awk(args, part),
         "yq" => {
             if args.iter().any(|a| a.text == "-i" || a.text.starts_with("--inplace")) {
@@ -220,7 +251,7 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
             }
             part.add(C::ReadOnly, "");
         }
-        "tar" | "bsdtar" => tar(args, part),
+        "tar" | "bsdtar" => tar(an, args, part),
         "date" => {
             if args.iter().any(|a| a.text == "-s" || a.text.starts_with("--set")) {
                 part.add(C::Mutation, "date --set changes the clock");
@@ -259,10 +290,16 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
         }
         "ip" => ip(an, args, part),
         "insmod" | "rmmod" | "modprobe" | "kexec" | "sysctl" | "setcap" | "passwd" | "chpasswd" | "usermod"
-        | "useradd" | "userdel" | "groupadd" | "visudo" | "newgrp" | "sg" | "setpriv" | "sudoedit" | "machinectl" => {
-            part.add(C::PrivilegeEscalation, format!("{name} changes privileges or the kernel"))
+        | "chsh" | "gpasswd" | "adduser" | "addgroup" | "deluser" | "groupmod" | "vipw" | "vigr" | "pwconv"
+        | "dscl" | "useradd" | "userdel" | "groupadd" | "visudo" | "newgrp" | "sg" | "setpriv" | "sudoedit"
+        | "machinectl" => part.add(C::PrivilegeEscalation, format!("{name} changes privileges or the kernel")),
+        "docker" | "podman" | "nerdctl" => containers::container(name, args, part),
+        "unzip" | "gzip" | "gunzip" | "bzip2" | "bunzip2" | "xz" | "unxz" | "zstd" | "unzstd" | "lz4" | "lzma"
+        | "unlzma" | "brotli" | "pigz" | "unpigz" | "7z"
+            if archive_only_reads(name, args) =>
+        {
+            part.add(C::ReadOnly, "")
         }
-        "docker" | "podman" | "nerdctl" => network::container(name, args, part),
         _ if READ_ONLY.contains(&name) => part.add(C::ReadOnly, ""),
         _ if MUTATION.contains(&name) => {
             for a in args.iter().filter(|a| a.literal && is_kernel_or_disk(&a.text)) {
@@ -270,102 +307,102 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
             }
             writes(args, part, name);
         }
-        _ if word.contains('/') => part.add(C::Opaque, format!("runs the program file {word}")),
+        _ if word.contains('/') => {
+            part.add(C::Opaque, format!("runs the program file {word}"));
+            search_arguments(an, args, part);
+        }
         _ => {
             for a in args.iter().filter(|a| a.literal && is_kernel_or_disk(&a.text)) {
                 part.add(C::SystemDestruction, format!("{name} on {}", a.text));
             }
-            part.add(C::Mutation, format!("{name}: not known to be read-only"))
+            part.add(C::Mutation, format!("{name}: not known to be read-only"));
+            search_arguments(an, args, part);
         }
+    }
+}
+
+/// What a builtin does to the shell's own state: its directory and its variables.
+fn shell_state(an: &mut Analyzer, name: &str, args: &[Arg]) {
+    let here = !an.in_child;
+    match name {
+        "cd" | "pushd" | "popd" | "chdir" if here => an.dirs.builtin(name, args),
+        // Anything may be assigned, or the directory changed, by what these run.
+        "source" | "." => {
+            an.vars.forget_all();
+            an.dirs.lost();
+        }
+        "eval" if !args.iter().all(|a| a.literal) => {
+            an.vars.forget_all();
+            an.dirs.lost();
+        }
+        "eval" | "declare" | "typeset" | "local" | "readonly" | "read" | "mapfile" | "readarray" | "getopts"
+        | "unset" | "trap" | "let" => an.vars.forget_all(),
+        "printf" if args.iter().any(|a| a.text == "-v") => an.vars.forget_all(),
+        "set" if args.iter().any(|a| !a.text.starts_with(['-', '+']) || a.text == "--") => an.vars.forget_positional(),
+        "shift" => an.vars.forget_positional(),
+        "export" => {
+            let certain = here && an.branch == 0;
+            for a in args {
+                match a.text.split_once('=').filter(|_| super::classify::is_assignment(&a.text)) {
+                    Some((n, v)) => an.vars.assign(n, a.literal.then_some(v), certain),
+                    None if !a.literal => an.vars.forget_all(),
+                    None => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An unknown program (or a program file) whose arguments hold a command we know is a
+/// wrapper we do not: `mywrap sudo id` is judged no looser than `sudo id`. The words
+/// from each one that names a known program on are classified as a command, and what
+/// they would do is added. The search does not nest and looks at the first words only.
+fn search_arguments(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
+    const LOOK_AT: usize = 16;
+    if an.searching {
+        return;
+    }
+    an.searching = true;
+    for (i, a) in args.iter().enumerate().take(LOOK_AT) {
+        if !a.literal || a.text.starts_with('-') || a.text.contains('=') || a.text.is_empty() {
+            continue;
+        }
+        let mut found = Part::default();
+        let in_child = std::mem::replace(&mut an.in_child, true);
+        argv(an, &args[i..], None, &mut found);
+        an.in_child = in_child;
+        let unknown = found.notes.iter().any(|n| n.ends_with("not known to be read-only"))
+            || found.notes.iter().any(|n| n.starts_with("runs the program file"));
+        if unknown {
+            continue;
+        }
+        found.classes.remove(&C::ReadOnly);
+        if !found.classes.is_empty() {
+            part.notes.push(format!("its argument {} is a command it may run", a.text));
+        }
+        part.classes.extend(found.classes);
+        part.effects.extend(found.effects.into_iter().filter(|e| *e != E::RunCommand));
+        part.notes.extend(found.notes.into_iter().filter(|n| !n.is_empty()));
+    }
+    an.searching = false;
+}
+
+/// `unzip -l`, `gzip -dc f.gz`, `xz -l`, `7z l`: listing, testing or writing to stdout.
+fn archive_only_reads(name: &str, args: &[Arg]) -> bool {
+    let short = |letters: &str| {
+        args.iter().any(|a| {
+            a.text.starts_with('-') && !a.text.starts_with("--") && a.text[1..].contains(|c| letters.contains(c))
+        })
+    };
+    let long = |names: &[&str]| args.iter().any(|a| names.contains(&a.text.as_str()));
+    match name {
+        "unzip" => short("lvtpZ") && !short("d"),
+        "7z" => args.first().is_some_and(|a| matches!(a.text.as_str(), "l" | "t" | "i" | "h")),
+        _ => short("clt") || long(&["--stdout", "--to-stdout", "--list", "--test"]),
     }
 }
 
 fn show(a: Option<&Arg>) -> String {
     a.map_or_else(|| "a file".to_owned(), |a| a.text.clone())
-}
-
-fn shell(an: &mut Analyzer, name: &str, args: &[Arg], stdin_text: Option<&str>, part: &mut Part) {
-    let mut i = 0;
-    let mut command_mode = false;
-    while let Some(a) = args.get(i) {
-        let t = a.text.as_str();
-        if t == "--" {
-            i += 1;
-            break;
-        }
-        if matches!(t, "--rcfile" | "--init-file") || ((t == "-o" || t == "+o") && args.get(i + 1).is_some()) {
-            i += 2;
-            continue;
-        }
-        if t.starts_with("--") {
-            i += 1;
-            continue;
-        }
-        // An option cluster is letters only; anything else is where bash would stop
-        // (with an error), and we read it as the command string: the worse case.
-        if (t.starts_with('-') || t.starts_with('+')) && t.len() > 1 && t[1..].chars().all(|c| c.is_ascii_alphabetic())
-        {
-            if t.starts_with('-') && t.contains('c') {
-                command_mode = true;
-            }
-            i += 1;
-            continue;
-        }
-        break;
-    }
-    if command_mode {
-        let via: &'static str = match name {
-            "sh" => "sh -c",
-            "zsh" => "zsh -c",
-            "dash" => "dash -c",
-            _ => "bash -c",
-        };
-        match args.get(i) {
-            Some(_) => body(an, args.get(i), via, part),
-            None => part.add(C::Opaque, format!("{via} without a command string")),
-        }
-        return;
-    }
-    match (args.get(i), stdin_text) {
-        (Some(script), _) => part.add(C::Opaque, format!("{name} runs the script file {}", script.text)),
-        (None, Some(text)) => {
-            an.script(text, Some("shell stdin"));
-            part.add(C::ReadOnly, "");
-        }
-        (None, None) => part.add(C::Opaque, format!("{name} runs commands read from its input")),
-    }
-}
-
-fn interpreter(name: &str, args: &[Arg], part: &mut Part) {
-    let first = args.first().map(|a| a.text.as_str()).unwrap_or("");
-    if matches!(first, "--version" | "-V" | "-v" | "--help" | "-h") && args.len() == 1 {
-        part.add(C::ReadOnly, "");
-        return;
-    }
-    if (name.starts_with("python") || name.starts_with("pypy"))
-        && let Some(pos) = args.iter().position(|a| a.text.starts_with("-m"))
-    {
-        // `-m pip` and `-mpip` alike; `rest` is what follows the module name.
-        let attached = args[pos].text.strip_prefix("-m").filter(|m| !m.is_empty());
-        let (module, rest) = match attached {
-            Some(m) => (m, args.get(pos + 1..).unwrap_or(&[])),
-            None => (args.get(pos + 1).map(|a| a.text.as_str()).unwrap_or(""), args.get(pos + 2..).unwrap_or(&[])),
-        };
-        if module == "pip" || module == "ensurepip" {
-            packages::pip(rest, part);
-            return;
-        }
-        if module == "twine" && rest.first().is_some_and(|a| a.is("upload")) {
-            part.add(C::RemoteMutation, "twine upload publishes a package");
-            part.effects.insert(E::PublishPackage);
-            return;
-        }
-    }
-    let inline =
-        args.iter().any(|a| matches!(a.text.as_str(), "-c" | "-e" | "-E" | "--eval" | "-p" | "--print" | "-r"));
-    if inline {
-        part.add(C::Opaque, format!("{name} runs inline code"));
-    } else {
-        part.add(C::Opaque, format!("{name} runs a program we cannot see into"));
-    }
 }

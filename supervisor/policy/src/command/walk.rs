@@ -3,14 +3,16 @@
 //! fed to a shell) come back here, one level deeper.
 
 use std::collections::BTreeSet;
-use std::io::Cursor;
 
-use brush_parser::Parser;
 use brush_parser::ast::{
     Command, CommandPrefixOrSuffixItem, CompoundCommand, CompoundList, ExtendedTestExpr, IoFileRedirectKind,
     IoFileRedirectTarget, IoRedirect, Pipeline, RedirectList, SimpleCommand,
 };
 
+use super::cwd::{Cwd, DirStack};
+use super::parse::parse;
+use super::printing::{literal_output, single_command};
+use super::vars::{self, Vars};
 use super::words::{self, Arg, Substitution};
 use super::{MAX_LINE_BYTES, Part, classify};
 use crate::effect::{CommandClass, Effect};
@@ -42,6 +44,22 @@ pub struct Analyzer {
     /// git aliases this line configures (`git config alias.p push && git p`).
     pub git_aliases: std::collections::BTreeMap<String, String>,
     defining: Vec<String>,
+    /// Variables whose value the line shows (see [`vars`]).
+    pub vars: Vars,
+    /// Where the next command runs (see [`super::cwd`]).
+    pub dirs: DirStack,
+    /// How many branches, loops, subshells or nested scripts we are inside: an
+    /// assignment there is not certain to have happened in this shell.
+    pub branch: u32,
+    /// The command being classified runs as a child of a wrapper (`env cd /` changes
+    /// no directory of ours).
+    pub in_child: bool,
+    /// Set while an unknown program's arguments are searched for a command, so the
+    /// search does not nest.
+    pub searching: bool,
+    /// The command being classified gets more arguments at run time (xargs, `find
+    /// -exec … +`), so its `$@` cannot be known.
+    pub args_appended: bool,
 }
 
 impl Analyzer {
@@ -52,13 +70,92 @@ impl Analyzer {
             functions: BTreeSet::new(),
             git_aliases: Default::default(),
             defining: Vec::new(),
+            vars: Vars::new_shell(None),
+            dirs: DirStack::default(),
+            branch: 0,
+            in_child: false,
+            searching: false,
+            args_appended: false,
         };
         an.script(line, None);
         an.parts
     }
 
-    /// Analyses `text` as a script found at `via` (None at top level).
+    /// Analyses `text` as a script found at `via` (None at top level) that runs in this
+    /// shell, later or not at all (`eval`, `trap`, an alias): its assignments are not
+    /// certain, and afterwards we may be in the directory it went to or still here.
     pub fn script(&mut self, text: &str, via: Option<&'static str>) {
+        if via.is_none() {
+            return self.parse_and_walk(text, None);
+        }
+        let before = self.dirs.cwd.clone();
+        self.branch += 1;
+        self.parse_and_walk(text, via);
+        self.branch -= 1;
+        self.dirs.cwd.union(&before);
+    }
+
+    /// Analyses `text` as the script of a new shell process (`bash -c`, a shell reading
+    /// a heredoc): it starts where we are, knows only the positional parameters it was
+    /// given, and changes neither our variables nor our directory.
+    pub fn shell_script(&mut self, text: &str, via: &'static str, positional: Option<Vec<String>>) {
+        let vars = std::mem::replace(&mut self.vars, Vars::new_shell(positional));
+        let dirs = self.dirs.clone();
+        let branch = std::mem::replace(&mut self.branch, 0);
+        self.dirs.cdpath = false;
+        self.parse_and_walk(text, Some(via));
+        self.vars = vars;
+        self.dirs = dirs;
+        self.branch = branch;
+    }
+
+    /// A subshell, a substitution, a pipeline element: our directory is restored after
+    /// it, its assignments are not ours.
+    fn isolated(&mut self, walk: impl FnOnce(&mut Self)) {
+        let dirs = self.dirs.clone();
+        self.branch += 1;
+        walk(self);
+        self.branch -= 1;
+        self.dirs = dirs;
+    }
+
+    /// Code that may run or not (a branch of `&&`, `if`, `case`): afterwards we may be
+    /// where it left us or where we were.
+    fn maybe(&mut self, walk: impl FnOnce(&mut Self)) {
+        let before = self.dirs.cwd.clone();
+        self.branch += 1;
+        walk(self);
+        self.branch -= 1;
+        self.dirs.cwd.union(&before);
+    }
+
+    /// A loop body may run many times: if it changes directory, the second time round it
+    /// starts somewhere else, so it is walked again from anywhere.
+    fn looped(&mut self, walk: impl Fn(&mut Self)) {
+        let before = self.dirs.cwd.clone();
+        let parts = self.parts.len();
+        self.branch += 1;
+        walk(self);
+        if self.dirs.cwd != before {
+            self.parts.truncate(parts);
+            self.dirs.cwd = Cwd::unknown();
+            walk(self);
+        }
+        self.branch -= 1;
+        self.dirs.cwd.union(&before);
+    }
+
+    fn parse_and_walk(&mut self, text: &str, via: Option<&'static str>) {
+        // The script's commands are run by its own shell, not by the wrapper that
+        // started it, and get only the arguments they are given.
+        let in_child = std::mem::replace(&mut self.in_child, false);
+        let appended = std::mem::replace(&mut self.args_appended, false);
+        self.walk_script(text, via);
+        self.in_child = in_child;
+        self.args_appended = appended;
+    }
+
+    fn walk_script(&mut self, text: &str, via: Option<&'static str>) {
         if let Some(v) = via {
             self.via.push(v);
         }
@@ -115,7 +212,7 @@ impl Analyzer {
                 .split_whitespace()
                 .map(|w| w.replace(['\'', '"', '\\', '$'], ""))
                 .filter(|w| !w.is_empty())
-                .map(|w| Arg { text: w, literal: true, glob: false, home: false })
+                .map(Arg::word)
                 .collect();
             if words.is_empty() {
                 continue;
@@ -152,40 +249,85 @@ impl Analyzer {
 
     fn list(&mut self, list: &CompoundList) {
         for item in &list.0 {
-            self.pipeline(&item.0.first);
-            for and_or in &item.0.additional {
-                let (brush_parser::ast::AndOr::And(p) | brush_parser::ast::AndOr::Or(p)) = and_or;
-                self.pipeline(p);
+            let brush_parser::ast::CompoundListItem(and_or, separator) = item;
+            if matches!(separator, brush_parser::ast::SeparatorOperator::Async) {
+                // `cmd &` runs in a subshell of its own.
+                self.isolated(|an| an.and_or(and_or));
+            } else {
+                self.and_or(and_or);
             }
         }
     }
 
-    fn pipeline(&mut self, pipeline: &Pipeline) {
-        for command in &pipeline.seq {
-            self.command(command);
+    /// `a && b || c`: `a` always runs; each later part may or may not. After `||` the
+    /// part before may have failed before or after it changed directory.
+    fn and_or(&mut self, list: &brush_parser::ast::AndOrList) {
+        let start = self.dirs.cwd.clone();
+        self.pipeline(&list.first);
+        let mut seen = start;
+        seen.union(&self.dirs.cwd);
+        for and_or in &list.additional {
+            // After `&&` the part before succeeded, so we are where it left us.
+            let p = match and_or {
+                brush_parser::ast::AndOr::And(p) => p,
+                brush_parser::ast::AndOr::Or(p) => {
+                    self.dirs.cwd = seen.clone();
+                    p
+                }
+            };
+            self.branch += 1;
+            self.pipeline(p);
+            self.branch -= 1;
+            seen.union(&self.dirs.cwd);
+        }
+        if !list.additional.is_empty() {
+            self.dirs.cwd = seen;
         }
     }
 
-    fn command(&mut self, command: &Command) {
+    fn pipeline(&mut self, pipeline: &Pipeline) {
+        match pipeline.seq.as_slice() {
+            [] => return,
+            [only] => return self.command(only, None),
+            _ => {}
+        }
+        // Each element is a subshell (zsh and ksh run the last one in this shell, so
+        // where it goes is kept as a possibility). What a literal `echo` or `printf`
+        // prints is what the next element reads: `echo 'sudo id' | sh`.
+        let last = pipeline.seq.len() - 1;
+        let mut piped: Option<String> = None;
+        for (i, command) in pipeline.seq.iter().enumerate() {
+            let input = piped.take();
+            piped = literal_output(command, input.as_deref());
+            if i == last {
+                self.maybe(|an| an.command(command, input));
+            } else {
+                self.isolated(|an| an.command(command, input));
+            }
+        }
+    }
+
+    fn command(&mut self, command: &Command, piped: Option<String>) {
         match command {
-            Command::Simple(simple) => self.simple(simple),
+            Command::Simple(simple) => self.simple(simple, piped),
             Command::Compound(compound, redirects) => {
                 self.compound(compound);
                 self.redirect_list(redirects.as_ref());
             }
             Command::Function(def) => {
+                // The body runs when the function is called, not here: walked apart.
                 let name = def.fname.value.clone();
                 self.functions.insert(name.clone());
                 self.defining.push(name);
                 self.via.push("function body");
-                self.compound(&def.body.0);
+                self.isolated(|an| an.compound(&def.body.0));
                 self.via.pop();
                 self.defining.pop();
                 self.redirect_list(def.body.1.as_ref());
             }
             Command::ExtendedTest(test, redirects) => {
                 let mut subs = Vec::new();
-                test_words(&test.expr, &mut subs);
+                test_words(&test.expr, &mut subs, &self.vars);
                 self.substitutions(subs);
                 self.redirect_list(redirects.as_ref());
             }
@@ -199,15 +341,14 @@ impl Analyzer {
                 for e in [&f.initializer, &f.condition, &f.updater].into_iter().flatten() {
                     self.scan(&e.value);
                 }
-                self.list(&f.body.list);
+                self.looped(|an| an.list(&f.body.list));
             }
             CompoundCommand::BraceGroup(b) => self.list(&b.list),
-            CompoundCommand::Subshell(s) => self.list(&s.list),
+            CompoundCommand::Subshell(s) => self.isolated(|an| an.list(&s.list)),
             CompoundCommand::ForClause(f) => {
                 // `for PS4 in '$(…)'` sets a variable as surely as an assignment does.
                 let mut part = self.new_part(vec![format!("for {}", f.variable_name)]);
-                let unknown = Arg { text: String::new(), literal: false, glob: false, home: false };
-                classify::assignment(self, &f.variable_name, &unknown, &mut part);
+                classify::assignment(self, &f.variable_name, &Arg::dynamic(""), &mut part);
                 if !part.classes.is_empty() {
                     part.effects.insert(Effect::RunCommand);
                     self.push(part);
@@ -215,34 +356,50 @@ impl Analyzer {
                 for w in f.values.iter().flatten() {
                     self.word(&w.value);
                 }
-                self.list(&f.body.list);
+                self.looped(|an| an.list(&f.body.list));
             }
             CompoundCommand::CaseClause(c) => {
                 self.word(&c.value.value);
+                let start = self.dirs.cwd.clone();
+                let mut seen = start.clone();
                 for item in &c.cases {
                     for p in &item.patterns {
                         self.word(&p.value);
                     }
                     if let Some(cmd) = &item.cmd {
-                        self.list(cmd);
+                        // `;&` falls through: the next branch may start where this one ended.
+                        self.maybe(|an| an.list(cmd));
+                        seen.union(&self.dirs.cwd);
+                        self.dirs.cwd = seen.clone();
                     }
                 }
             }
             CompoundCommand::IfClause(i) => {
+                // The first condition always runs; what follows it may or may not.
+                let start = self.dirs.cwd.clone();
                 self.list(&i.condition);
-                self.list(&i.then);
+                let mut seen = start;
+                seen.union(&self.dirs.cwd);
+                self.maybe(|an| an.list(&i.then));
+                seen.union(&self.dirs.cwd);
                 for e in i.elses.iter().flatten() {
+                    self.dirs.cwd = seen.clone();
                     if let Some(c) = &e.condition {
-                        self.list(c);
+                        self.maybe(|an| an.list(c));
+                        seen.union(&self.dirs.cwd);
                     }
-                    self.list(&e.body);
+                    self.maybe(|an| an.list(&e.body));
+                    seen.union(&self.dirs.cwd);
                 }
+                self.dirs.cwd = seen;
             }
             CompoundCommand::WhileClause(w) | CompoundCommand::UntilClause(w) => {
-                self.list(&w.0);
-                self.list(&w.1.list);
+                self.looped(|an| {
+                    an.list(&w.0);
+                    an.list(&w.1.list);
+                });
             }
-            CompoundCommand::Coprocess(c) => self.command(&c.body),
+            CompoundCommand::Coprocess(c) => self.isolated(|an| an.command(&c.body, None)),
         }
     }
 
@@ -250,9 +407,20 @@ impl Analyzer {
     /// commands hidden in it matter.
     fn word(&mut self, raw: &str) -> Arg {
         let mut subs = Vec::new();
-        let arg = words::analyse(raw, &mut subs);
+        let arg = words::analyse(raw, &mut subs, &self.vars);
         self.substitutions(subs);
+        self.forget_assigned_by(raw);
         arg
+    }
+
+    /// `${NAME:=x}` assigns while it expands.
+    fn forget_assigned_by(&mut self, raw: &str) {
+        if raw.contains("${") {
+            let names: Vec<String> = vars::assigned_by_expansion(raw).map(str::to_owned).collect();
+            for name in names {
+                self.vars.assign(&name, None, false);
+            }
+        }
     }
 
     fn scan(&mut self, text: &str) {
@@ -263,7 +431,8 @@ impl Analyzer {
 
     fn substitutions(&mut self, subs: Vec<Substitution>) {
         for s in subs {
-            self.script(&s.script, Some("$(…)"));
+            // A substitution is a subshell: it inherits our variables, keeps its own.
+            self.isolated(|an| an.parse_and_walk(&s.script, Some("$(…)")));
         }
     }
 
@@ -277,7 +446,7 @@ impl Analyzer {
         if !simple.writes.is_empty() {
             let argv = simple.writes.iter().map(|w| format!("> {}", w.text)).collect();
             let mut part = self.new_part(argv);
-            classify::redirections(&simple, &mut part);
+            classify::redirections(self, &simple, &mut part);
             self.push(part);
         }
     }
@@ -350,7 +519,7 @@ impl Analyzer {
                 IoFileRedirectTarget::Fd(_) => {}
                 IoFileRedirectTarget::ProcessSubstitution(_, sub) => {
                     self.via.push("<(…)");
-                    self.list(&sub.list);
+                    self.isolated(|an| an.list(&sub.list));
                     self.via.pop();
                 }
             },
@@ -373,7 +542,7 @@ impl Analyzer {
         }
     }
 
-    fn simple(&mut self, command: &SimpleCommand) {
+    fn simple(&mut self, command: &SimpleCommand, piped: Option<String>) {
         let mut simple = Simple::default();
         let mut subs = Vec::new();
         let items = command
@@ -386,34 +555,52 @@ impl Analyzer {
         for item in items {
             match item {
                 Item::Name(w) | Item::Prefix(CommandPrefixOrSuffixItem::Word(w)) => {
-                    let arg = words::analyse(&w.value, &mut subs);
-                    simple.argv.extend(words::brace_expand(&w.value, arg));
+                    let mut fields = words::analyse_fields(&w.value, &mut subs, &self.vars);
+                    if fields.len() == 1 {
+                        simple.argv.extend(words::brace_expand(&w.value, fields.remove(0)));
+                    } else {
+                        simple.argv.extend(fields);
+                    }
+                    self.forget_assigned_by(&w.value);
                 }
                 Item::Prefix(CommandPrefixOrSuffixItem::AssignmentWord(_, w)) => {
                     // `FOO=$(cmd) git push`: the value runs; the name does not.
                     let (name, value) = w.value.split_once('=').unwrap_or((&w.value, ""));
-                    let arg = words::analyse(value, &mut subs);
+                    let arg = words::analyse(value, &mut subs, &self.vars);
+                    self.forget_assigned_by(value);
                     // After the command word an assignment is just an argument (`env A=b
                     // cmd`, `alias x='…'`), unquoted like any other.
                     if simple.argv.is_empty() {
                         simple.assignments.push((name.to_owned(), arg));
                     } else {
                         let text = if arg.literal { format!("{name}={}", arg.text) } else { w.value.clone() };
-                        simple.argv.push(Arg { text, literal: arg.literal, glob: false, home: false });
+                        simple.argv.push(Arg { text, literal: arg.literal, ..Arg::word("") });
                     }
                 }
                 Item::Prefix(CommandPrefixOrSuffixItem::IoRedirect(r)) => {
                     self.substitutions(std::mem::take(&mut subs));
                     self.redirect(r, &mut simple);
                 }
-                Item::Prefix(CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub)) => {
+                Item::Prefix(CommandPrefixOrSuffixItem::ProcessSubstitution(kind, sub)) => {
+                    // `bash <(echo 'sudo id')`: the shell reads what the list prints,
+                    // through a /dev/fd path; the line may show what that is.
+                    if matches!(kind, brush_parser::ast::ProcessSubstitutionKind::Read) {
+                        let output = single_command(&sub.list).and_then(|c| literal_output(c, None));
+                        simple.argv.push(Arg { output, ..Arg::word("/dev/fd/63") });
+                    }
                     self.via.push("<(…)");
-                    self.list(&sub.list);
+                    self.isolated(|an| an.list(&sub.list));
                     self.via.pop();
                 }
             }
         }
         self.substitutions(subs);
+        if simple.stdin_text.is_none() {
+            simple.stdin_text = piped;
+        }
+        if simple.assignments.iter().any(|(n, _)| n == "CDPATH") {
+            self.dirs.cdpath = true;
+        }
         if simple.argv.is_empty() {
             self.evaluated_words(&simple);
             // Only assignments and redirections: `> file` still writes, `PAGER=…` still
@@ -421,13 +608,23 @@ impl Analyzer {
             let mut argv: Vec<String> = simple.assignments.iter().map(|(n, v)| format!("{n}={}", v.text)).collect();
             argv.extend(simple.writes.iter().map(|w| format!("> {}", w.text)));
             let mut part = self.new_part(argv);
-            classify::redirections(&simple, &mut part);
+            classify::redirections(self, &simple, &mut part);
             classify::assignments(self, &simple.assignments, &mut part);
+            let certain = self.branch == 0;
+            for (name, value) in &simple.assignments {
+                let literal = value.literal.then_some(value.text.as_str());
+                self.vars.assign(name, literal, certain);
+            }
             if !part.classes.is_empty() {
                 part.effects.insert(Effect::RunCommand);
                 self.push(part);
             }
             return;
+        }
+        // `A=x cmd`: A is set for cmd alone (and, before a special builtin, for the rest
+        // of a POSIX shell): we stop claiming to know it.
+        for (name, _) in &simple.assignments {
+            self.vars.assign(name, None, false);
         }
         let mut part = self.new_part(simple.argv.iter().map(|a| a.text.clone()).collect());
         if let Some(name) = simple.argv.first().filter(|a| a.literal).map(|a| a.text.clone())
@@ -435,7 +632,7 @@ impl Analyzer {
         {
             part.add(CommandClass::SystemDestruction, "a function that calls itself (fork bomb shape)");
         }
-        classify::redirections(&simple, &mut part);
+        classify::redirections(self, &simple, &mut part);
         classify::assignments(self, &simple.assignments, &mut part);
         self.evaluated_words(&simple);
         classify::simple(self, &simple, &mut part);
@@ -452,123 +649,25 @@ enum Item<'a> {
     Prefix(&'a CommandPrefixOrSuffixItem),
 }
 
-fn test_words(expr: &ExtendedTestExpr, subs: &mut Vec<Substitution>) {
+fn test_words(expr: &ExtendedTestExpr, subs: &mut Vec<Substitution>, vars: &Vars) {
     match expr {
         ExtendedTestExpr::And(a, b) | ExtendedTestExpr::Or(a, b) => {
-            test_words(a, subs);
-            test_words(b, subs);
+            test_words(a, subs, vars);
+            test_words(b, subs, vars);
         }
-        ExtendedTestExpr::Not(a) | ExtendedTestExpr::Parenthesized(a) => test_words(a, subs),
+        ExtendedTestExpr::Not(a) | ExtendedTestExpr::Parenthesized(a) => test_words(a, subs, vars),
         // `[[ 'a[$(…)]' -eq 0 ]]` evaluates the subscript even in quotes.
         ExtendedTestExpr::UnaryTest(_, w) => {
-            let a = words::analyse(&w.value, subs);
+            let a = words::analyse(&w.value, subs, vars);
             words::scan_for_substitutions(&a.text, subs, 0);
         }
         ExtendedTestExpr::BinaryTest(_, a, b) => {
             for w in [a, b] {
-                let arg = words::analyse(&w.value, subs);
+                let arg = words::analyse(&w.value, subs, vars);
                 if arg.literal {
                     words::scan_for_substitutions(&arg.text, subs, 0);
                 }
             }
         }
-    }
-}
-
-/// Parses a script; a panic inside the parser (a bug of its, never seen in fuzzing) is
-/// taken as "does not parse" rather than taking the gate down.
-fn parse(text: &str) -> Result<brush_parser::ast::Program, String> {
-    // brush's grammar backtracks exponentially over unclosed parentheses (32 of them
-    // took 90 s in the fuzzer); a line like that is refused before it reaches it.
-    let (depth, unclosed) = paren_nesting(text);
-    if depth > MAX_PAREN_DEPTH || unclosed > MAX_UNCLOSED_PARENS {
-        return Err(format!("parentheses nested {depth} deep ({unclosed} unclosed): too deep to parse"));
-    }
-    // brush unwraps the parse of a descriptor number before `<` or `>` (`99999999999>f`
-    // panics on overflow): such a line is refused here instead.
-    if has_oversized_fd_number(text) {
-        return Err("a file descriptor number too large for a redirection".into());
-    }
-    let options = words::options();
-    std::panic::catch_unwind(|| {
-        let mut parser = Parser::new(Cursor::new(text.as_bytes()), &options);
-        parser.parse_program().map_err(|e| e.to_string())
-    })
-    .unwrap_or_else(|_| Err("the parser failed on this input".into()))
-}
-
-/// A run of more than nine digits right before `<` or `>`: more than an i32 holds.
-fn has_oversized_fd_number(text: &str) -> bool {
-    let mut digits = 0usize;
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            digits += 1;
-        } else {
-            if (c == '<' || c == '>') && digits > 9 {
-                return true;
-            }
-            digits = 0;
-        }
-    }
-    false
-}
-
-/// Deeper nesting than this is refused before parsing (real command lines stay far
-/// below; bash itself would take it).
-const MAX_PAREN_DEPTH: usize = 24;
-/// Unclosed parentheses are where the grammar backtracks; a line with more than this
-/// does not parse in bash either.
-const MAX_UNCLOSED_PARENS: usize = 6;
-
-/// The deepest nesting of parentheses outside quotes, and how many stay unclosed.
-fn paren_nesting(text: &str) -> (usize, usize) {
-    let (mut depth, mut max) = (0usize, 0usize);
-    let mut chars = text.chars();
-    let mut double = false;
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => {
-                chars.next();
-            }
-            '\'' if !double => {
-                for q in chars.by_ref() {
-                    if q == '\'' {
-                        break;
-                    }
-                }
-            }
-            '"' => double = !double,
-            // Counted in double quotes too: a `$(` there opens shell syntax again, and
-            // counting too many only makes a line opaque.
-            '(' => {
-                depth += 1;
-                max = max.max(depth);
-            }
-            ')' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    (max, depth)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unclosed_parentheses_are_refused_before_the_parser_sees_them() {
-        let started = std::time::Instant::now();
-        let parts = Analyzer::analyze(&format!("{}ls", "((".repeat(40)));
-        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
-        assert!(parts.iter().any(|p| p.notes.iter().any(|n| n.contains("too deep to parse"))), "{parts:?}");
-        assert_eq!(paren_nesting("echo '((((((((' \\( \"(\" $(ls) \"$(a (b))\""), (3, 1));
-        assert_eq!(paren_nesting("((a)"), (2, 1));
-        assert!(has_oversized_fd_number("cc<&c<&e&(<$4e$$ee&(2222222222222222222222<$4e$$e"));
-        assert!(!has_oversized_fd_number("echo 123456789> f 2>&1"));
-        let parts = Analyzer::analyze("ls 99999999999>f");
-        assert!(parts.iter().any(|p| p.notes.iter().any(|n| n.contains("descriptor number"))), "{parts:?}");
-        // Balanced nesting parses (it is fast) up to the limit.
-        let balanced = format!("{}ls{}", "(".repeat(20), ")".repeat(20));
-        assert!(parse(&balanced).is_ok());
     }
 }

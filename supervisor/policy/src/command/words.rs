@@ -4,6 +4,8 @@
 use brush_parser::ParserOptions;
 use brush_parser::word::{self, WordPiece, WordPieceWithSource};
 
+use super::vars::{Vars, simple_expansion};
+
 /// One word of a simple command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Arg {
@@ -15,11 +17,23 @@ pub struct Arg {
     pub glob: bool,
     /// A `~` or `$HOME` / `${HOME}` at its start: it names the home directory.
     pub home: bool,
+    /// For a process substitution `<(…)`: what it produces, when the line shows it.
+    pub output: Option<String>,
 }
 
 impl Arg {
     pub fn is(&self, s: &str) -> bool {
         self.literal && self.text == s
+    }
+
+    /// A literal word.
+    pub fn word(text: impl Into<String>) -> Arg {
+        Arg { text: text.into(), literal: true, glob: false, home: false, output: None }
+    }
+
+    /// A word whose value is known only at run time; `source` is how it is written.
+    pub fn dynamic(source: impl Into<String>) -> Arg {
+        Arg { text: source.into(), literal: false, glob: false, home: false, output: None }
     }
 }
 
@@ -33,23 +47,77 @@ pub fn options() -> ParserOptions {
 }
 
 /// Parses `raw` (a word as it appears in the source) into its meaning and the scripts
-/// hidden in it.
-pub fn analyse(raw: &str, subs: &mut Vec<Substitution>) -> Arg {
+/// hidden in it. Variables the line has shown are expanded; a word that splits into
+/// several fields is given back joined (see [`analyse_fields`]).
+pub fn analyse(raw: &str, subs: &mut Vec<Substitution>, vars: &Vars) -> Arg {
+    let mut fields = analyse_fields(raw, subs, vars);
+    if fields.len() == 1 {
+        return fields.remove(0);
+    }
+    let text = fields.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join(" ");
+    Arg { text, ..fields.into_iter().next().unwrap_or_else(|| Arg::word("")) }
+}
+
+/// Like [`analyse`], but a known variable expanded unquoted splits into fields the way
+/// the shell splits it: `S='sudo id'; $S` is the two words `sudo` and `id`.
+pub fn analyse_fields(raw: &str, subs: &mut Vec<Substitution>, vars: &Vars) -> Vec<Arg> {
     match word::parse(raw, &options()) {
         Ok(pieces) => {
-            let mut arg = Arg { text: String::new(), literal: true, glob: false, home: false };
-            fold(raw, &pieces, &mut arg, subs, false, 0);
+            let mut acc = Acc { arg: Arg::word(""), done: Vec::new(), split: false, vars };
+            fold(raw, &pieces, &mut acc, subs, false, 0);
+            let Acc { mut arg, mut done, split, .. } = acc;
             if !arg.literal {
                 arg.text = raw.to_owned();
             }
             arg.home |= starts_with_home(raw);
-            arg
+            if !split || !arg.literal {
+                return vec![arg];
+            }
+            if !arg.text.is_empty() {
+                done.push(arg.text.clone());
+            }
+            done.into_iter().map(|text| Arg { text, home: false, ..arg.clone() }).collect()
         }
         // A word the word grammar refuses is still a word to the shell; keep its text
         // and call it dynamic, the worst case for every caller.
         Err(_) => {
             scan_for_substitutions(raw, subs, 0);
-            Arg { text: raw.to_owned(), literal: false, glob: false, home: starts_with_home(raw) }
+            vec![Arg { home: starts_with_home(raw), ..Arg::dynamic(raw) }]
+        }
+    }
+}
+
+/// A word being put together: the current field, the fields already split off.
+struct Acc<'v> {
+    arg: Arg,
+    done: Vec<String>,
+    split: bool,
+    vars: &'v Vars,
+}
+
+impl Acc<'_> {
+    /// A known value expanded: quoted it is text; unquoted it splits on blanks and its
+    /// `*`, `?`, `[` are patterns.
+    fn expand(&mut self, value: &str, quoted: bool) {
+        if quoted {
+            self.arg.text.push_str(value);
+            return;
+        }
+        if value.contains(['*', '?', '[']) {
+            self.arg.glob = true;
+        }
+        let blanks = |c: char| c == ' ' || c == '\t' || c == '\n';
+        if !value.contains(blanks) && !value.is_empty() {
+            self.arg.text.push_str(value);
+            return;
+        }
+        self.split = true;
+        let mut pieces = value.split(blanks).peekable();
+        while let Some(piece) = pieces.next() {
+            self.arg.text.push_str(piece);
+            if pieces.peek().is_some() && !self.arg.text.is_empty() {
+                self.done.push(std::mem::take(&mut self.arg.text));
+            }
         }
     }
 }
@@ -66,12 +134,13 @@ const MAX_NESTING: u32 = 16;
 fn fold(
     source: &str,
     pieces: &[WordPieceWithSource],
-    arg: &mut Arg,
+    acc: &mut Acc<'_>,
     subs: &mut Vec<Substitution>,
     quoted: bool,
     depth: u32,
 ) {
     for p in pieces {
+        let arg = &mut acc.arg;
         let slice = source.get(p.start_index..p.end_index).unwrap_or("");
         match &p.piece {
             WordPiece::Text(t) => {
@@ -88,7 +157,7 @@ fn fold(
             },
             WordPiece::EscapeSequence(e) => arg.text.push_str(e.strip_prefix('\\').unwrap_or(e)),
             WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
-                fold(source, inner, arg, subs, true, depth)
+                fold(source, inner, acc, subs, true, depth)
             }
             WordPiece::TildeExpansion(_) => {
                 arg.literal = false;
@@ -99,7 +168,14 @@ fn fold(
                 subs.push(Substitution { script: s.clone() });
             }
             WordPiece::ParameterExpansion(_) => {
-                arg.literal = false;
+                if let Some(name) = simple_expansion(slice)
+                    && let Some(value) = acc.vars.value(name)
+                {
+                    // `"$@"` is one word per parameter even in quotes: split it.
+                    acc.expand(&value, quoted && name != "@");
+                    continue;
+                }
+                acc.arg.literal = false;
                 // `${x:-$(cmd)}` runs cmd: look inside the braces as if they were a word.
                 let inner = slice.strip_prefix("${").and_then(|s| s.strip_suffix('}')).unwrap_or("");
                 scan_for_substitutions(inner, subs, depth + 1);
@@ -221,7 +297,8 @@ pub fn scan_for_substitutions(text: &str, subs: &mut Vec<Substitution>, depth: u
     if depth < MAX_NESTING
         && let Ok(pieces) = word::parse(text, &options())
     {
-        let mut scratch = Arg { text: String::new(), literal: true, glob: false, home: false };
+        let vars = Vars::default();
+        let mut scratch = Acc { arg: Arg::word(""), done: Vec::new(), split: false, vars: &vars };
         fold(text, &pieces, &mut scratch, subs, false, depth);
         return;
     }
@@ -238,7 +315,8 @@ pub fn heredoc_substitutions(body: &str, subs: &mut Vec<Substitution>) {
     }
     match word::parse_heredoc(body, &options()) {
         Ok(pieces) => {
-            let mut scratch = Arg { text: String::new(), literal: true, glob: false, home: false };
+            let vars = Vars::default();
+            let mut scratch = Acc { arg: Arg::word(""), done: Vec::new(), split: false, vars: &vars };
             fold(body, &pieces, &mut scratch, subs, true, 0);
         }
         Err(_) => scan_for_substitutions(body, subs, MAX_NESTING),
@@ -251,7 +329,7 @@ mod tests {
 
     fn arg(raw: &str) -> (Arg, Vec<String>) {
         let mut subs = Vec::new();
-        let a = analyse(raw, &mut subs);
+        let a = analyse(raw, &mut subs, &Vars::default());
         (a, subs.into_iter().map(|s| s.script).collect())
     }
 

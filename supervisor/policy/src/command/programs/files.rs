@@ -2,10 +2,181 @@
 //! tools whose flags write (find, sed, awk, tar).
 
 use super::super::Part;
-use super::super::classify::{argv, is_kernel_or_disk, skip_options};
+use super::super::classify::{argv, is_harmless_device, is_kernel_or_disk, normalize, skip_options};
+use super::super::cwd::Cwd;
 use super::super::walk::Analyzer;
 use super::super::words::Arg;
 use crate::effect::{CommandClass as C, Effect as E};
+
+/// Trees whose every file belongs to the system: writing, truncating, re-permissioning
+/// or deleting any file in them is destruction, whichever tool does it.
+#[rustfmt::skip]
+const SYSTEM_TREES: &[&str] = &[
+    "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/root", "/var/lib",
+    "/var/spool", "/var/db", "/System", "/Library", "/private/etc", "/private/var/db", "/private/var/root",
+];
+
+/// Files whose change gives someone more privilege than they had.
+#[rustfmt::skip]
+const PRIVILEGE_FILES: &[&str] = &[
+    "/etc/sudoers", "/etc/sudoers.d", "/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow",
+    "/etc/doas.conf", "/etc/ld.so.preload", "/etc/pam.d", "/etc/security", "/etc/polkit-1",
+    "/private/etc/sudoers", "/private/etc/sudoers.d", "/etc/subuid", "/etc/subgid",
+];
+
+fn under(path: &str, roots: &'static [&'static str]) -> Option<&'static str> {
+    roots.iter().copied().find(|r| path == *r || path.strip_prefix(r).is_some_and(|rest| rest.starts_with('/')))
+}
+
+/// A file `what` (writes, deletes, truncates…) changes, judged from every directory the
+/// line may be in: a system file is destruction, a privilege file is escalation.
+pub fn changes_file(cwd: &Cwd, target: &Arg, what: &str, part: &mut Part) {
+    for t in cwd.resolve(target) {
+        if !t.literal || !t.text.starts_with('/') {
+            continue;
+        }
+        let path = normalize(&t.text);
+        if is_harmless_device(&path) {
+            continue;
+        }
+        if is_kernel_or_disk(&path) {
+            part.add(C::SystemDestruction, format!("{what} {path}"));
+        } else if under(&path, PRIVILEGE_FILES).is_some() {
+            part.add(C::PrivilegeEscalation, format!("{what} {path}, which grants privileges"));
+        } else if let Some(tree) = under(&path, SYSTEM_TREES) {
+            part.add(C::SystemDestruction, format!("{what} {path}, a system file under {tree}"));
+        }
+    }
+}
+
+/// The operands of a command that copies or links into a target: `-t DIR` or the last
+/// operand is written; `mv` also takes its sources away.
+pub fn copies(an: &Analyzer, name: &str, args: &[Arg], part: &mut Part) {
+    let cwd = &an.dirs.cwd;
+    let (operands, target_dir) = copy_operands(name, args);
+    let last = if operands.len() >= 2 { operands.last().copied() } else { None };
+    let target = target_dir.as_ref().or(last);
+    let creates_dirs = name == "install" && args.iter().any(|a| a.is("-d") || a.is("--directory"));
+    if creates_dirs {
+        for t in &operands {
+            changes_file(cwd, t, "creates", part);
+        }
+    } else if let Some(t) = target {
+        changes_file(cwd, t, &format!("{name} writes"), part);
+    }
+    if name == "mv" {
+        for s in operands.iter().filter(|s| last.is_none_or(|t| target_dir.is_some() || !std::ptr::eq(**s, t))) {
+            changes_file(cwd, s, "mv takes away", part);
+            for r in cwd.resolve(s) {
+                if r.literal && is_system_dir(&r.text) {
+                    part.add(C::SystemDestruction, format!("moves {}", r.text));
+                }
+            }
+        }
+    }
+    if setid_mode(args) || preserves_setid(name, args, &operands) {
+        part.add(C::PrivilegeEscalation, format!("{name} makes a set-id program"));
+    }
+    writes(args, part, name);
+}
+
+/// Non-option words, and the directory given with `-t`/`--target-directory`.
+fn copy_operands<'a>(name: &str, args: &'a [Arg]) -> (Vec<&'a Arg>, Option<Arg>) {
+    let with_value: &[&str] = match name {
+        "install" => &["-m", "--mode", "-o", "--owner", "-g", "--group", "-t", "--target-directory", "-S", "--suffix"],
+        _ => &["-t", "--target-directory", "-S", "--suffix"],
+    };
+    let mut operands = Vec::new();
+    let mut target = None;
+    let mut i = 0;
+    let mut options_done = false;
+    while let Some(a) = args.get(i) {
+        let t = a.text.as_str();
+        if !options_done && t == "--" {
+            options_done = true;
+        } else if !options_done && with_value.contains(&t) {
+            if matches!(t, "-t" | "--target-directory") {
+                target = args.get(i + 1).cloned();
+            }
+            i += 1;
+        } else if let Some(dir) = t.strip_prefix("--target-directory=").filter(|_| !options_done) {
+            target = Some(Arg { text: dir.to_owned(), ..a.clone() });
+        } else if options_done || !t.starts_with('-') || t == "-" {
+            operands.push(a);
+        }
+        i += 1;
+    }
+    (operands, target)
+}
+
+/// `install -m 4755`, `install -m u+s`, `--mode=g+s`, `rsync --chmod=u+s`.
+pub fn setid_mode(args: &[Arg]) -> bool {
+    args.iter().enumerate().any(|(i, a)| {
+        let t = a.text.as_str();
+        let value = match t {
+            "--mode" => args.get(i + 1).map(|v| v.text.as_str()),
+            _ if t.starts_with("--") => t.strip_prefix("--mode=").or_else(|| t.strip_prefix("--chmod=")),
+            // `-m MODE`, `-m4755`, `-Dm4755`: the mode follows the `m` of a cluster.
+            _ => t.strip_prefix('-').and_then(|cluster| {
+                let at = cluster.find('m')?;
+                let attached = &cluster[at + 1..];
+                if attached.is_empty() { args.get(i + 1).map(|v| v.text.as_str()) } else { Some(attached) }
+            }),
+        };
+        value.is_some_and(sets_setid)
+    })
+}
+
+/// A chmod-style mode that sets the set-user-id or set-group-id bit.
+pub fn sets_setid(mode: &str) -> bool {
+    let symbolic = mode.split(',').any(|clause| clause.split_once(['+', '=']).is_some_and(|(_, p)| p.contains('s')));
+    symbolic || u32::from_str_radix(mode, 8).is_ok_and(|v| v & 0o6000 != 0)
+}
+
+/// Programs installed set-id root on common systems: copying one with its mode kept
+/// makes another.
+const SETID_PROGRAMS: &[&str] = &[
+    "sudo",
+    "su",
+    "passwd",
+    "pkexec",
+    "mount",
+    "umount",
+    "newgrp",
+    "chsh",
+    "chfn",
+    "gpasswd",
+    "doas",
+    "fusermount",
+    "fusermount3",
+    "ping",
+    "crontab",
+    "at",
+    "ssh-keysign",
+    "unix_chkpwd",
+    "Xorg",
+    "sudoedit",
+];
+
+/// `cp -p /usr/bin/sudo x`, `cp --preserve=mode …`, `cp -a …`, `rsync -p …` of a set-id program.
+fn preserves_setid(name: &str, args: &[Arg], operands: &[&Arg]) -> bool {
+    if !matches!(name, "cp" | "rsync" | "install") {
+        return false;
+    }
+    let preserves = args.iter().any(|a| {
+        let t = a.text.as_str();
+        t.starts_with("--preserve") && (t == "--preserve" || t.contains("mode") || t.contains("all"))
+            || t == "--archive"
+            || t == "--perms"
+            || (t.starts_with('-') && !t.starts_with("--") && t.contains(['p', 'a']))
+    });
+    let sources = operands.len().saturating_sub(1);
+    preserves
+        && operands.iter().take(sources.max(1)).any(|s| {
+            let base = s.text.rsplit('/').next().unwrap_or("");
+            SETID_PROGRAMS.contains(&base) && (s.text.starts_with('/') || !s.literal)
+        })
+}
 
 /// The system roots: removing or re-permissioning one of these recursively is destruction.
 #[rustfmt::skip]
@@ -30,8 +201,12 @@ pub fn is_system_dir(path: &str) -> bool {
     }
     // `/*` and `/.*` name what is in a directory: for this question, the directory.
     let without_globs: Vec<&str> = path.split('/').filter(|c| *c != "*" && *c != ".*").collect();
-    let normal = super::super::classify::normalize(&without_globs.join("/"));
-    SYSTEM_DIRS.contains(&normal.as_str())
+    let joined = without_globs.join("/");
+    let normal = normalize(if joined.is_empty() { "/" } else { &joined });
+    // A user's home directory as a whole (`~bob` is `/home/bob`).
+    let a_home =
+        matches!(normal.split('/').collect::<Vec<_>>().as_slice(), ["", "home" | "Users", name] if !name.is_empty());
+    SYSTEM_DIRS.contains(&normal.as_str()) || a_home
 }
 
 pub fn is_home(a: &Arg) -> bool {
@@ -41,8 +216,21 @@ pub fn is_home(a: &Arg) -> bool {
     let t = a.text.trim_matches('"');
     let rest = ["~", "${HOME}", "$HOME"].iter().find_map(|p| t.strip_prefix(p)).unwrap_or("");
     let rest = rest.trim_matches('"');
-    // `~/../..` climbs out of the home directory: worse, not better.
-    matches!(rest, "" | "/" | "/*" | "/." | "/.*") || rest.split('/').any(|c| c == "..")
+    // The home directory itself (or all it holds), or a climb out of it (`~/../..`).
+    let mut depth = 0i32;
+    for component in rest.split('/') {
+        match component {
+            "" | "." | "*" | ".*" => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    depth == 0
 }
 
 /// `/$X`, `/u*`, `/"$(…)"`: a path whose first component is computed or a pattern may
@@ -54,7 +242,7 @@ pub fn may_be_root(a: &Arg) -> bool {
         || (a.glob && first.contains(['*', '?', '[']))
 }
 
-pub fn remove(name: &str, args: &[Arg], part: &mut Part) {
+pub fn remove(an: &Analyzer, name: &str, args: &[Arg], part: &mut Part) {
     let recursive = args.iter().take_while(|a| a.text != "--").any(|a| {
         // GNU getopt takes any unambiguous prefix: `--r` is `--recursive`.
         (a.text.len() >= 3 && "--recursive".starts_with(a.text.as_str()))
@@ -64,20 +252,23 @@ pub fn remove(name: &str, args: &[Arg], part: &mut Part) {
         part.add(C::SystemDestruction, "rm --no-preserve-root");
     }
     let targets: Vec<&Arg> = args.iter().filter(|a| !a.text.starts_with('-') || !a.literal).collect();
+    let cwd = &an.dirs.cwd;
     for t in &targets {
-        if (recursive || name == "shred") && ((t.literal && is_system_dir(&t.text)) || is_home(t) || may_be_root(t)) {
-            part.add(C::SystemDestruction, format!("{name} -r {}", t.text));
+        for r in cwd.resolve(t) {
+            if (recursive || name == "shred")
+                && ((r.literal && is_system_dir(&r.text)) || is_home(&r) || may_be_root(&r))
+            {
+                part.add(C::SystemDestruction, format!("{name} -r {}", r.text));
+            }
         }
-        if t.literal && is_kernel_or_disk(&t.text) {
-            part.add(C::SystemDestruction, format!("{name} {}", t.text));
-        }
+        changes_file(cwd, t, &format!("{name} deletes"), part);
     }
     part.add(C::Mutation, format!("{name} deletes files"));
     part.effects.insert(E::DeleteFile);
     part.scope.paths.extend(targets.iter().map(|t| t.text.clone()));
 }
 
-pub fn permissions(name: &str, args: &[Arg], part: &mut Part) {
+pub fn permissions(an: &Analyzer, name: &str, args: &[Arg], part: &mut Part) {
     let recursive = args
         .iter()
         .any(|a| a.text == "-R" || a.text == "--recursive" || (a.text.starts_with('-') && a.text.contains('R')));
@@ -86,29 +277,32 @@ pub fn permissions(name: &str, args: &[Arg], part: &mut Part) {
         && let Some(mode) = operands.first()
     {
         let m = mode.text.as_str();
-        let setid_symbolic =
-            m.split(',').any(|clause| clause.split_once(['+', '=']).is_some_and(|(_, perms)| perms.contains('s')));
-        let setid_octal = u32::from_str_radix(m, 8).is_ok_and(|v| v & 0o6000 != 0);
-        if setid_symbolic || setid_octal {
+        if sets_setid(m) {
             part.add(C::PrivilegeEscalation, format!("chmod {m} sets a set-id bit"));
         }
     }
+    let cwd = &an.dirs.cwd;
     for t in operands.iter().skip(1) {
-        if (t.literal && is_system_dir(&t.text) && (recursive || t.text.trim_end_matches('/').is_empty()))
-            || (recursive && is_home(t))
-        {
-            part.add(C::SystemDestruction, format!("{name}{} on {}", if recursive { " -R" } else { "" }, t.text));
+        for r in cwd.resolve(t) {
+            if (r.literal && is_system_dir(&r.text) && (recursive || r.text.trim_end_matches('/').is_empty()))
+                || (recursive && is_home(&r))
+            {
+                part.add(C::SystemDestruction, format!("{name}{} on {}", if recursive { " -R" } else { "" }, r.text));
+            }
         }
+        changes_file(cwd, t, &format!("{name} changes"), part);
     }
     writes(args, part, name);
 }
 
-pub fn dd(args: &[Arg], part: &mut Part) {
+pub fn dd(an: &Analyzer, args: &[Arg], part: &mut Part) {
     match args.iter().find_map(|a| a.text.strip_prefix("of=").map(|t| (t, a.literal))) {
         Some((target, literal)) => {
             if literal && is_kernel_or_disk(target) {
                 part.add(C::SystemDestruction, format!("dd writes {target}"));
             }
+            let of = Arg { text: target.to_owned(), literal, ..Arg::word("") };
+            changes_file(&an.dirs.cwd, &of, "dd writes", part);
             part.add(C::Mutation, format!("dd writes {target}"));
             part.effects.insert(E::WriteFile);
             part.scope.paths.push(target.to_owned());
@@ -119,8 +313,13 @@ pub fn dd(args: &[Arg], part: &mut Part) {
 
 pub fn find(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
     let mut i = 0;
-    let roots: Vec<&Arg> =
+    let here = Arg::word(".");
+    let mut roots: Vec<&Arg> =
         args.iter().take_while(|a| !a.text.starts_with('-') && a.text != "(" && a.text != "!").collect();
+    if roots.is_empty() {
+        // GNU find searches the current directory when given none.
+        roots.push(&here);
+    }
     part.add(C::ReadOnly, "");
     while let Some(a) = args.get(i) {
         match a.text.as_str() {
@@ -130,10 +329,7 @@ pub fn find(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
                 part.via.push("find -exec");
                 // `{}` is each file found: analyse it as the root it starts from, so
                 // `find / -exec rm -rf {} ;` is seen for what it is.
-                let root = roots.first().map_or_else(
-                    || Arg { text: ".".into(), literal: true, glob: false, home: false },
-                    |r| (*r).clone(),
-                );
+                let root = roots.first().map_or_else(|| Arg::word("."), |r| (*r).clone());
                 let command: Vec<Arg> =
                     args[i + 1..end].iter().map(|a| if a.is("{}") { root.clone() } else { a.clone() }).collect();
                 argv(an, &command, None, part);
@@ -141,7 +337,8 @@ pub fn find(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
                 continue;
             }
             "-delete" => {
-                if roots.iter().any(|r| r.literal && is_system_dir(&r.text)) || roots.iter().any(|r| is_home(r)) {
+                let resolved: Vec<Arg> = roots.iter().flat_map(|r| an.dirs.cwd.resolve(r)).collect();
+                if resolved.iter().any(|r| (r.literal && is_system_dir(&r.text)) || is_home(r) || may_be_root(r)) {
                     part.add(C::SystemDestruction, "find -delete on a system directory");
                 }
                 part.add(C::Mutation, "find -delete deletes files");
@@ -157,7 +354,7 @@ pub fn find(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
     }
 }
 
-pub fn sed(args: &[Arg], part: &mut Part) {
+pub fn sed(an: &Analyzer, args: &[Arg], part: &mut Part) {
     let short = |a: &Arg| a.text.starts_with('-') && !a.text.starts_with("--");
     // `-i`, `-ni`, `--in-place`, and GNU's prefixes of it (`--i`).
     let in_place = args.iter().any(|a| {
@@ -191,6 +388,12 @@ pub fn sed(args: &[Arg], part: &mut Part) {
             scripts.push(a);
         }
         i += 1;
+    }
+    if in_place {
+        // Every operand that is not the script is a file edited in place.
+        for f in args.iter().filter(|a| !a.text.starts_with('-') && !scripts.iter().any(|s| std::ptr::eq(*s, *a))) {
+            changes_file(&an.dirs.cwd, f, "sed -i edits", part);
+        }
     }
     for s in scripts {
         let text = s.text.strip_prefix("-e").or_else(|| s.text.strip_prefix("--expression=")).unwrap_or(&s.text);
@@ -296,7 +499,23 @@ pub fn awk(args: &[Arg], part: &mut Part) {
     part.add(C::ReadOnly, "");
 }
 
-pub fn tar(args: &[Arg], part: &mut Part) {
+/// `tar -x` writes into `-C DIR` or the current directory: into a system directory it
+/// can overwrite any system file.
+fn extracts_into(an: &Analyzer, args: &[Arg], part: &mut Part) {
+    let dir = args.iter().enumerate().find_map(|(i, a)| match a.text.as_str() {
+        "-C" | "--directory" => args.get(i + 1).cloned(),
+        t => t.strip_prefix("--directory=").map(|d| Arg { text: d.to_owned(), ..a.clone() }),
+    });
+    let dir = dir.unwrap_or_else(|| Arg::word("."));
+    for r in an.dirs.cwd.resolve(&dir) {
+        let path = normalize(&r.text);
+        if r.literal && (is_system_dir(&path) || under(&path, SYSTEM_TREES).is_some()) {
+            part.add(C::SystemDestruction, format!("tar extracts into {path}"));
+        }
+    }
+}
+
+pub fn tar(an: &Analyzer, args: &[Arg], part: &mut Part) {
     if args.iter().any(|a| {
         a.text.contains("to-command")
             || a.text.contains("checkpoint-action")
@@ -316,6 +535,9 @@ pub fn tar(args: &[Arg], part: &mut Part) {
     if mode.contains(['c', 'x', 'r', 'u', 'A']) || long_write {
         part.add(C::Mutation, "tar writes files");
         part.effects.insert(E::WriteFile);
+        if mode.contains('x') || args.iter().any(|a| a.text == "--extract" || a.text == "--get") {
+            extracts_into(an, args, part);
+        }
     } else {
         part.add(C::ReadOnly, "");
     }

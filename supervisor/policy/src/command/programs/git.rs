@@ -129,10 +129,7 @@ pub fn git(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
             an.script(script, Some("git alias"));
         }
         if !value.starts_with('!') {
-            let mut expanded: Vec<Arg> = value
-                .split_whitespace()
-                .map(|w| Arg { text: w.to_owned(), literal: true, glob: false, home: false })
-                .collect();
+            let mut expanded: Vec<Arg> = value.split_whitespace().map(Arg::word).collect();
             if let Some(first) = expanded.first().cloned() {
                 expanded.extend(rest.iter().cloned());
                 subcommand(an, &first.text, &expanded[1..], part);
@@ -289,7 +286,26 @@ fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
             Some(&"list") | Some(&"show") => part.add(C::ReadOnly, ""),
             _ => part.add(C::Mutation, "git stash changes the work tree"),
         },
-        "worktree" | "notes" | "reflog" | "sparse-checkout" | "bisect" => match positional.first() {
+        "reflog" => match positional.first() {
+            Some(&"expire") | Some(&"delete") => part.add(C::Mutation, "git reflog changes the reflog"),
+            _ => part.add(C::ReadOnly, ""),
+        },
+        "svn" => match positional.first() {
+            Some(&"dcommit") | Some(&"set-tree") | Some(&"branch") | Some(&"tag") | Some(&"commit-diff") => {
+                part.add(C::RemoteMutation, "git svn commits to the Subversion server");
+                part.effects.insert(E::PushRemote);
+            }
+            Some(&"log")
+            | Some(&"info")
+            | Some(&"find-rev")
+            | Some(&"show-ignore")
+            | Some(&"blame")
+            | Some(&"propget")
+            | Some(&"proplist")
+            | Some(&"show-externals") => part.add(C::ReadOnly, ""),
+            _ => part.add(C::Mutation, "git svn changes the repository"),
+        },
+        "worktree" | "notes" | "sparse-checkout" | "bisect" => match positional.first() {
             Some(&"list") | Some(&"show") | None if sub != "bisect" => part.add(C::ReadOnly, ""),
             _ => part.add(C::Mutation, format!("git {sub} changes the repository")),
         },

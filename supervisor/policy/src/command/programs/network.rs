@@ -224,13 +224,30 @@ pub fn remote_copy(name: &str, args: &[Arg], part: &mut Part) {
     network(part, &remote);
 }
 
-pub fn cluster(name: &str, args: &[Arg], part: &mut Part) {
-    let verb = args.iter().find(|a| !a.text.starts_with('-')).map(|a| a.text.as_str()).unwrap_or("");
+/// mosh, autossh, ssh-copy-id: a shell or a key on another host.
+pub fn remote_shell(name: &str, args: &[Arg], part: &mut Part) {
+    let targets: Vec<&Arg> = args.iter().filter(|a| !a.text.starts_with('-')).take(1).collect();
+    part.add(C::RemoteMutation, format!("{name} changes another host"));
+    network(part, &targets);
+}
+
+/// gsutil, s3cmd, rclone, mc: copies to a remote store change it; listing reads.
+pub fn object_store(name: &str, args: &[Arg], part: &mut Part) {
+    let words: Vec<&Arg> = args.iter().filter(|a| !a.text.starts_with('-')).collect();
+    let verb = words.first().map(|a| a.text.as_str()).unwrap_or("");
+    let remote = |a: &Arg| a.text.contains("://") || (name == "rclone" || name == "mc") && a.text.contains(':');
     part.effects.insert(E::AccessNetwork);
     match verb {
-        "" | "get" | "describe" | "logs" | "explain" | "version" | "api-resources" | "api-versions" | "top"
-        | "list" | "status" | "history" | "show" | "search" | "template" | "config" => part.add(C::ReadOnly, ""),
-        _ => part.add(C::RemoteMutation, format!("{name} {verb} changes a cluster")),
+        "" | "ls" | "lsd" | "lsl" | "lsf" | "du" | "cat" | "stat" | "size" | "info" | "version" | "help" | "tree"
+        | "listremotes" | "check" | "md5sum" | "sha1sum" | "hashsum" | "find" | "diff" => part.add(C::ReadOnly, ""),
+        "cp" | "copy" | "mv" | "move" | "sync" | "rsync" | "put" | "copyto" | "moveto"
+            if !words.last().is_some_and(|d| remote(d)) =>
+        {
+            part.add(C::Mutation, format!("{name} {verb} writes local files"));
+            part.effects.insert(E::WriteFile);
+        }
+        "config" => part.add(C::Mutation, format!("{name} config changes its configuration")),
+        v => part.add(C::RemoteMutation, format!("{name} {v} changes a remote store")),
     }
 }
 
@@ -307,106 +324,11 @@ pub fn gh(args: &[Arg], part: &mut Part) {
         }
         ("search" | "status" | "browse" | "version" | "help" | "--version" | "", _) => part.add(C::ReadOnly, ""),
         ("repo", "clone") => part.add(C::Mutation, "gh repo clone writes files"),
+        ("extension" | "ext", "install" | "upgrade") => {
+            part.add(C::Mutation, format!("gh extension {verb} installs a program"));
+            part.effects.insert(E::InstallPackage);
+        }
         _ => part.add(C::RemoteMutation, format!("gh {group} {verb}: changes remote state")),
-    }
-}
-
-/// docker, podman, nerdctl: flags that hand the container the host are an escape.
-pub fn container(name: &str, args: &[Arg], part: &mut Part) {
-    // Global options that take a value come before the verb (`--context default run`).
-    let verb = skip_options(
-        args,
-        "Hcl",
-        &[
-            "context",
-            "host",
-            "config",
-            "log-level",
-            "tlscacert",
-            "tlscert",
-            "tlskey",
-            "url",
-            "connection",
-            "root",
-            "runroot",
-            "storage-driver",
-            "cgroup-manager",
-        ],
-    )
-    .first()
-    .map(|a| a.text.as_str())
-    .unwrap_or("");
-    match verb {
-        "push" => {
-            part.add(C::RemoteMutation, format!("{name} push publishes an image"));
-            part.effects.insert(E::PublishPackage);
-        }
-        "run" | "create" | "exec" | "container" | "compose" => {
-            let host_flags = [
-                "--privileged",
-                "--pid=host",
-                "--net=host",
-                "--network=host",
-                "--ipc=host",
-                "--uts=host",
-                "--userns=host",
-                "--cgroupns=host",
-            ];
-            for (i, a) in args.iter().enumerate() {
-                let t = a.text.as_str();
-                let next = args.get(i + 1).map(|v| v.text.as_str()).unwrap_or("");
-                let mount = match t {
-                    "-v" | "--volume" | "--mount" => Some(next),
-                    _ => t
-                        .strip_prefix("--volume=")
-                        .or_else(|| t.strip_prefix("--mount="))
-                        .or_else(|| t.strip_prefix("-v")),
-                };
-                // `-v SRC:DST` or `--mount k=v,…` with source= anywhere among the keys.
-                let host_path = mount.map(|m| {
-                    let keyed =
-                        m.split(',').find_map(|kv| kv.strip_prefix("source=").or_else(|| kv.strip_prefix("src=")));
-                    match keyed {
-                        Some(src) => src.to_owned(),
-                        None if m.contains('=') => String::new(),
-                        None => m.split(':').next().unwrap_or("").to_owned(),
-                    }
-                });
-                let host_dir = |p: &str| {
-                    let p = super::super::classify::normalize(p);
-                    super::is_system_dir(&p)
-                        || p.ends_with(".sock")
-                        || [
-                            "/var/run",
-                            "/run",
-                            "/var/lib/docker",
-                            "/proc",
-                            "/sys",
-                            "/dev",
-                            "/etc",
-                            "/root",
-                            "/home",
-                            "/boot",
-                        ]
-                        .iter()
-                        .any(|d| p == *d || p.starts_with(&format!("{d}/")))
-                };
-                let escapes = host_flags.contains(&t)
-                    || t.starts_with("--privileged")
-                    || t.starts_with("--cap-add")
-                    || t.starts_with("--security-opt")
-                    || t.starts_with("--device")
-                    || matches!((t, next), ("--pid" | "--net" | "--network" | "--ipc" | "--uts" | "--userns", "host"))
-                    || host_path.as_deref().is_some_and(host_dir);
-                if escapes {
-                    part.add(C::NamespaceEscape, format!("{name} {t} gives the container the host"));
-                }
-            }
-            part.add(C::Mutation, format!("{name} {verb}"));
-        }
-        "ps" | "images" | "image" | "inspect" | "logs" | "version" | "info" | "top" | "stats" | "search"
-        | "history" | "port" | "diff" | "events" | "" => part.add(C::ReadOnly, ""),
-        _ => part.add(C::Mutation, format!("{name} {verb}")),
     }
 }
 

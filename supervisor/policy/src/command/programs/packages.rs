@@ -2,6 +2,7 @@
 //! project code and is a mutation.
 
 use super::super::Part;
+use super::super::classify::{argv, skip_options};
 use super::super::walk::Analyzer;
 use super::super::words::Arg;
 use crate::effect::{CommandClass as C, Effect as E};
@@ -50,7 +51,60 @@ const MANAGERS: &[&str] = &[
     "deno",
     "mvn",
     "gradle",
+    "pdm",
+    "hatch",
+    "rye",
+    "pixi",
+    "maturin",
+    "dotnet",
+    "cpanm",
+    "cpan",
+    "luarocks",
+    "opam",
+    "cabal",
+    "stack",
+    "mix",
+    "rebar3",
+    "vcpkg",
+    "conan",
+    "pecl",
+    "pear",
+    "rustup",
+    "dart",
+    "flutter",
+    "swift",
+    "spack",
+    "emerge",
+    "xbps-install",
+    "pkg",
+    "pkgin",
+    "pkg_add",
+    "choco",
+    "winget",
+    "scoop",
+    "volta",
+    "fnm",
+    "nvm",
+    "nimble",
+    "elm",
+    "sdk",
+    "bower",
+    "lerna",
+    "changeset",
+    "vsce",
+    "ovsx",
+    "goreleaser",
+    "semantic-release",
+    "release-it",
+    "nuget",
+    "sbt",
+    "anaconda",
 ];
+
+/// Every manager this module knows, for the README's list.
+pub fn covered() -> &'static [&'static str] {
+    MANAGERS
+}
 
 pub fn handles(name: &str) -> bool {
     MANAGERS.contains(&name) || (name.starts_with("pip3.") && name.len() > 5)
@@ -70,6 +124,9 @@ pub fn pip(rest: &[Arg], part: &mut Part) {
     match verb(rest) {
         "install" | "download" | "wheel" => install(part, "pip install".into()),
         "uninstall" => part.add(C::Mutation, "pip uninstall"),
+        "config" if !matches!(second_verb(rest), "" | "list" | "get" | "debug") => {
+            part.add(C::Mutation, "pip config changes pip's configuration")
+        }
         "" | "list" | "show" | "freeze" | "check" | "search" | "help" | "config" | "debug" | "inspect" | "index" => {
             part.add(C::ReadOnly, "")
         }
@@ -132,9 +189,34 @@ fn second_verb(args: &[Arg]) -> &str {
     operands(args).get(1).copied().unwrap_or("")
 }
 
-pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
+/// `poetry run CMD`, `bundle exec CMD`: the command runs inside the project's
+/// environment and is judged as itself, on top of what the manager does.
+fn run_inside(an: &mut Analyzer, args: &[Arg], verb: &str, part: &mut Part) {
+    let Some(at) = args.iter().position(|a| a.text == verb) else { return };
+    let rest = &args[at + 1..];
+    let command = match rest.iter().position(|a| a.is("--")) {
+        Some(p) => &rest[p + 1..],
+        None => skip_options(rest, "n", &["name", "prefix", "environment", "env", "with", "python", "group"]),
+    };
+    if !command.is_empty() {
+        part.via.push("package manager run");
+        argv(an, command, None, part);
+    }
+}
+
+pub fn classify(an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
     let v = verb(args);
     let read_only = |part: &mut Part| part.add(C::ReadOnly, "");
+    if matches!(
+        (name, v),
+        ("poetry" | "pipenv" | "pdm" | "hatch" | "rye" | "pixi" | "uv" | "conda" | "mamba" | "micromamba", "run")
+            | ("bundle" | "bundler" | "pnpm" | "npm" | "yarn", "exec")
+            | ("dotnet", "tool")
+    ) && !(name == "dotnet" && second_verb(args) != "run")
+    {
+        let verb = if name == "dotnet" { "run" } else { v };
+        run_inside(an, args, verb, part);
+    }
     match name {
         "npm" | "pnpm" | "yarn" | "bun" => match v {
             "" if name == "yarn" => install(part, "yarn installs dependencies".into()),
@@ -145,6 +227,11 @@ pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
             "global" if matches!(second_verb(args), "add" | "upgrade" | "install") => {
                 install(part, format!("{name} global"))
             }
+            // yarn 2+: `yarn npm publish`, `yarn npm tag add`.
+            "npm" if name == "yarn" && matches!(second_verb(args), "publish" | "tag") => {
+                publish(part, format!("yarn npm {}", second_verb(args)))
+            }
+            "npm" if name == "yarn" && matches!(second_verb(args), "info" | "whoami" | "audit") => read_only(part),
             "publish" | "unpublish" | "deprecate" | "dist-tag" | "owner" | "access" | "team" | "star" => {
                 publish(part, format!("{name} {v}"))
             }
@@ -178,10 +265,13 @@ pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
         },
         "conda" | "mamba" | "micromamba" => match v {
             "install" | "create" | "update" | "upgrade" => install(part, format!("{name} {v}")),
+            "env" if matches!(second_verb(args), "create" | "update") => install(part, format!("{name} env create")),
+            "env" if matches!(second_verb(args), "list" | "export" | "") => read_only(part),
             "list" | "info" | "search" | "" => read_only(part),
             _ => part.add(C::Mutation, format!("{name} {v}")),
         },
         "cargo" => match v {
+            "install" if args.iter().any(|a| a.text == "--list") => read_only(part),
             "install" | "add" | "binstall" => install(part, format!("cargo {v}")),
             "publish" | "yank" | "owner" => publish(part, format!("cargo {v}")),
             "tree" | "metadata" | "search" | "--version" | "-V" | "version" | "help" | "locate-project" | "pkgid"
@@ -190,6 +280,9 @@ pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
         },
         "go" => match v {
             "install" | "get" => install(part, format!("go {v}")),
+            "env" if args.iter().any(|a| a.text == "-w" || a.text == "-u") => {
+                part.add(C::Mutation, "go env -w changes go's user configuration")
+            }
             "version" | "env" | "list" | "doc" | "help" | "" => read_only(part),
             "mod" if matches!(second_verb(args), "graph" | "why" | "verify") => read_only(part),
             _ => part.add(C::Mutation, format!("go {v} builds or runs project code")),
@@ -271,6 +364,103 @@ pub fn classify(_an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
                 part.add(C::Mutation, format!("{name} builds project code"));
             }
         }
-        _ => part.add(C::Mutation, format!("{name}: not known to be read-only")),
+        _ => more(name, v, args, part),
+    }
+}
+
+/// The managers of the other ecosystems agents work in, by verb.
+fn more(name: &str, v: &str, args: &[Arg], part: &mut Part) {
+    let second = second_verb(args);
+    let read_only = |part: &mut Part| part.add(C::ReadOnly, "");
+    let lists = |v: &str| {
+        matches!(
+            v,
+            "" | "list"
+                | "ls"
+                | "show"
+                | "info"
+                | "search"
+                | "outdated"
+                | "tree"
+                | "version"
+                | "--version"
+                | "-V"
+                | "help"
+                | "--help"
+                | "query"
+                | "which"
+                | "current"
+                | "env"
+                | "doctor"
+                | "config"
+        )
+    };
+    match (name, v) {
+        ("pdm" | "rye" | "pixi", "add" | "install" | "sync" | "update" | "lock" | "upgrade" | "global") => {
+            install(part, format!("{name} {v}"))
+        }
+        ("pdm" | "rye" | "hatch" | "maturin", "publish" | "upload") => publish(part, format!("{name} {v}")),
+        ("hatch", "env") if matches!(second, "create" | "") => install(part, "hatch env create".into()),
+        ("maturin", "develop") => install(part, "maturin develop installs into the environment".into()),
+        ("dotnet", "add") if second == "package" => install(part, "dotnet add package".into()),
+        ("dotnet", "tool") if matches!(second, "install" | "update" | "restore") => {
+            install(part, format!("dotnet tool {second}"))
+        }
+        ("dotnet", "tool") if second == "list" => read_only(part),
+        ("dotnet", "nuget") if second == "push" => publish(part, "dotnet nuget push".into()),
+        ("dotnet", "restore" | "workload") => install(part, format!("dotnet {v}")),
+        ("dotnet", "--version" | "--info" | "--list-sdks" | "--list-runtimes" | "") => read_only(part),
+        ("dotnet", "list") => read_only(part),
+        ("nuget", "push") => publish(part, "nuget push".into()),
+        ("cpanm", _) if args.iter().any(|a| a.text == "--info" || a.text == "--version") => read_only(part),
+        ("cpanm" | "cpan", _) => install(part, format!("{name} installs Perl modules")),
+        (
+            "luarocks" | "opam" | "cabal" | "nimble" | "elm" | "pecl" | "pear" | "spack" | "vcpkg" | "conan" | "choco"
+            | "winget" | "scoop" | "volta" | "fnm" | "nvm" | "sdk" | "bower" | "pkg" | "pkgin",
+            "install" | "add" | "update" | "upgrade" | "i" | "get" | "fetch" | "use" | "pin" | "switch" | "restore",
+        ) => install(part, format!("{name} {v}")),
+        ("luarocks" | "opam" | "cabal" | "nimble" | "pkg", "upload" | "publish") => {
+            publish(part, format!("{name} {v}"))
+        }
+        ("stack", "install" | "build" | "setup" | "upgrade") => install(part, format!("stack {v}")),
+        ("stack", "upload") | ("sbt", "publish" | "publishSigned" | "release") => publish(part, format!("{name} {v}")),
+        ("mix", "deps.get" | "deps.update" | "archive.install" | "escript.install" | "local.hex" | "local.rebar") => {
+            install(part, format!("mix {v}"))
+        }
+        ("mix", "hex.publish") => publish(part, "mix hex.publish".into()),
+        ("rebar3", "get-deps" | "upgrade") => install(part, format!("rebar3 {v}")),
+        ("rebar3", "hex") if second == "publish" => publish(part, "rebar3 hex publish".into()),
+        ("rustup", "toolchain" | "component" | "target") if matches!(second, "install" | "add" | "update" | "link") => {
+            install(part, format!("rustup {v} {second}"))
+        }
+        ("rustup", "install" | "update" | "default" | "self") => install(part, format!("rustup {v}")),
+        ("rustup", "show" | "which" | "--version" | "") => read_only(part),
+        ("rustup", _) if second == "list" => read_only(part),
+        ("dart" | "flutter", "pub") if matches!(second, "get" | "add" | "upgrade" | "global" | "downgrade") => {
+            install(part, format!("{name} pub {second}"))
+        }
+        ("dart" | "flutter", "pub") if matches!(second, "publish" | "lish") => {
+            publish(part, format!("{name} pub publish"))
+        }
+        ("dart" | "flutter", "pub") if matches!(second, "deps" | "outdated") => read_only(part),
+        ("swift", "package") if matches!(second, "resolve" | "update" | "add-dependency") => {
+            install(part, format!("swift package {second}"))
+        }
+        ("swift", "package-registry") if second == "publish" => publish(part, "swift package-registry publish".into()),
+        ("swift", "build" | "test" | "run" | "package") => {
+            part.add(C::Mutation, format!("swift {v} builds project code"))
+        }
+        ("swift", "--version") => read_only(part),
+        ("swift", _) => part.add(C::Opaque, "swift runs a program we cannot see into"),
+        ("emerge" | "xbps-install" | "pkg_add", _) if !args.iter().any(|a| a.text == "--search" || a.text == "-s") => {
+            install(part, format!("{name} installs packages"))
+        }
+        ("lerna" | "changeset" | "vsce" | "ovsx", "publish")
+        | ("goreleaser", "release" | "")
+        | ("semantic-release" | "release-it", _)
+        | ("anaconda", "upload") => publish(part, format!("{name} {v}")),
+        ("dotnet", _) => part.add(C::Mutation, format!("dotnet {v} builds or runs project code")),
+        (_, v) if lists(v) => read_only(part),
+        (_, v) => part.add(C::Mutation, format!("{name} {v} changes installed packages or project files")),
     }
 }
