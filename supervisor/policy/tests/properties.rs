@@ -132,6 +132,111 @@ proptest! {
     }
 }
 
+/// Options a person or an agent puts before `-c`, per shell.
+fn shell_with_options() -> impl Strategy<Value = String> {
+    let posix = prop::sample::select(vec!["bash", "sh", "zsh", "dash", "ksh", "mksh"]);
+    let options = prop::sample::select(vec![
+        "-euo pipefail",
+        "-e",
+        "-eu",
+        "-x",
+        "-euxo pipefail",
+        "-o errexit -o nounset",
+        "-oe pipefail",
+        "+o posix",
+        "+e",
+        "-l",
+        "-s",
+        "-i",
+        "--norc",
+        "--noprofile --norc -e",
+        "--login",
+        "-O extglob",
+        "-O globstar -O nullglob",
+        "--rcfile /dev/null",
+    ]);
+    let fish = prop::sample::select(vec!["fish --no-config", "fish -l", "fish -N -P", "tcsh -f", "csh -e"]);
+    prop_oneof![(posix, options).prop_map(|(s, o)| format!("{s} {o}")), fish.prop_map(str::to_owned),]
+}
+
+/// `cd X && TEMPLATE(p)` against `TEMPLATE(X/p)`: templates that change the files they name.
+const PATH_TEMPLATES: &[&str] = &[
+    "rm -rf {}",
+    "rm -f {}",
+    "rm {}",
+    "chmod -R 777 {}",
+    "chown -R x {}",
+    "echo x > {}",
+    "echo x >> {}",
+    "echo x | tee {}",
+    "cp a {}",
+    "mv {} /tmp/x",
+    "truncate -s 0 {}",
+    "shred -u {}",
+    "dd if=/dev/zero of={}",
+    "sed -i s/a/b/ {}",
+    "find {} -delete",
+    "touch {}",
+    "ln -sf a {}",
+    "install -m 644 a {}",
+    "tar -xf a.tar -C {}",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn options_before_dash_c_never_loosen(
+        line in prop_oneof![shellish(), prop::sample::select(corpus_lines())],
+        shell in shell_with_options(),
+    ) {
+        let wrapped = format!("{shell} -c {}", single_quoted(&line));
+        for mode in Mode::ALL {
+            let before = check(&line, mode).decision;
+            let after = check(&wrapped, mode).decision;
+            prop_assert!(after >= before, "{mode}: {line:?} is {before:?} but {wrapped:?} is {after:?}");
+        }
+    }
+
+    #[test]
+    fn wrapping_in_parallel_never_loosens(
+        line in prop_oneof![shellish(), prop::sample::select(corpus_lines())],
+        form in 0..3usize,
+    ) {
+        // parallel reads a leading `-` as its own option, as it would any option.
+        prop_assume!(form != 2 || !line.trim_start().starts_with('-'));
+        let quoted = single_quoted(&line);
+        let wrapped = match form {
+            0 => format!("parallel ::: {quoted}"),
+            1 => format!("parallel -j4 --joblog log ::: {quoted} 'true'"),
+            _ => format!("parallel -N0 {quoted} ::: 1"),
+        };
+        for mode in Mode::ALL {
+            let before = check(&line, mode).decision;
+            let after = check(&wrapped, mode).decision;
+            prop_assert!(after >= before, "{mode}: {line:?} is {before:?} but {wrapped:?} is {after:?}");
+        }
+    }
+
+    #[test]
+    fn changing_directory_first_is_never_looser_than_the_absolute_path(
+        dir in prop::sample::select(vec!["/", "/etc", "/usr/lib", "~", "/tmp/w", "/home", "/var/lib", "/root", "/boot"]),
+        template in prop::sample::select(PATH_TEMPLATES),
+        path in prop::sample::select(vec!["*", ".", "..", "lib", "passwd", "./*", "ssh/x", ".*", "../..", "sudoers", "a/../b"]),
+        separator in prop::sample::select(vec![" && ", "; ", "\n"]),
+    ) {
+        let separator = separator.replace("\\n", "\n");
+        let relative = template.replace("{}", path);
+        let absolute = template.replace("{}", &format!("{}/{path}", dir.trim_end_matches('/')));
+        let line = format!("cd {dir}{separator}{relative}");
+        for mode in Mode::ALL {
+            let want = check(&absolute, mode).decision;
+            let got = check(&line, mode).decision;
+            prop_assert!(got >= want, "{mode}: {line:?} is {got:?} but {absolute:?} is {want:?}");
+        }
+    }
+}
+
 #[test]
 fn a_denied_command_after_any_corpus_line_that_parses_is_denied() {
     for line in corpus_lines() {
