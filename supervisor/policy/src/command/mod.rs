@@ -74,7 +74,7 @@ impl Part {
         self.scope.domains.extend(other.scope.domains);
     }
 
-    fn add_note(&mut self, note: String) {
+    pub(crate) fn add_note(&mut self, note: String) {
         if !note.is_empty() && !self.notes.contains(&note) {
             self.notes.push(note);
         }

@@ -342,10 +342,17 @@ fn shell_state(an: &mut Analyzer, name: &str, args: &[Arg]) {
         "shift" => an.vars.forget_positional(),
         "export" => {
             let certain = here && an.branch == 0;
+            if args.iter().any(|a| a.text.starts_with('-') && a.text.contains('n')) {
+                an.vars.forget_all();
+            }
             for a in args {
                 match a.text.split_once('=').filter(|_| super::classify::is_assignment(&a.text)) {
-                    Some((n, v)) => an.vars.assign(n, a.literal.then_some(v), certain),
+                    Some((n, v)) => {
+                        an.vars.assign(n, a.literal.then_some(v), certain);
+                        an.vars.export(n);
+                    }
                     None if !a.literal => an.vars.forget_all(),
+                    None if !a.text.starts_with('-') => an.vars.export(&a.text),
                     None => {}
                 }
             }

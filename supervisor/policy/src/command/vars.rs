@@ -9,23 +9,45 @@
 //! that is unknown leaves its words dynamic, exactly as before this module existed, so
 //! knowing less never loosens a decision.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone, Default)]
 pub struct Vars {
     /// `Some(value)` when known, `None` when assigned in a way we cannot follow.
     values: BTreeMap<String, Option<String>>,
+    /// Values a name may have without our knowing which (`if …; then S=sudo; fi`, `for
+    /// S in ls sudo`): never used to loosen, only to find what a command might be.
+    candidates: BTreeMap<String, Vec<String>>,
+    /// Names `export` marked: a child shell started directly sees their values.
+    exported: BTreeSet<String>,
     /// `$0`, `$1`…: known in a shell started with literal arguments (`sh -c BODY a b`).
     positional: Option<Vec<String>>,
     /// False once something we cannot follow may have assigned any name.
     learning: bool,
 }
 
+/// More candidate values than this for one name are not kept.
+const MAX_CANDIDATES: usize = 4;
+
 impl Vars {
     /// The variables of a shell that starts here (the top of the line, or `bash -c`):
     /// nothing is known but its positional parameters, when it was given them.
     pub fn new_shell(positional: Option<Vec<String>>) -> Self {
-        Vars { values: BTreeMap::new(), positional, learning: true }
+        Vars { positional, learning: true, ..Vars::default() }
+    }
+
+    /// The variables of a shell this one starts directly: its exported values.
+    pub fn child(&self, positional: Option<Vec<String>>) -> Self {
+        let mut child = Vars::new_shell(positional);
+        if self.learning {
+            for name in &self.exported {
+                if let Some(value) = self.values.get(name) {
+                    child.values.insert(name.clone(), value.clone());
+                    child.exported.insert(name.clone());
+                }
+            }
+        }
+        child
     }
 
     /// What `$name` expands to, when the line shows it.
@@ -42,16 +64,48 @@ impl Vars {
         self.values.get(name).cloned().flatten()
     }
 
+    /// Values `$name` may have when it has no one known value.
+    pub fn candidates(&self, name: &str) -> &[String] {
+        self.candidates.get(name).map_or(&[], Vec::as_slice)
+    }
+
     /// `name=value` ran; `certain` when unconditionally, in this shell, with a literal value.
     pub fn assign(&mut self, name: &str, value: Option<&str>, certain: bool) {
         let known = value.filter(|_| certain && self.learning).map(str::to_owned);
+        if known.is_none() {
+            // What it held and what it may now hold are both candidates.
+            let previous = self.values.get(name).cloned().flatten();
+            for v in previous.into_iter().chain(value.map(str::to_owned)) {
+                self.add_candidate(name, v);
+            }
+        } else {
+            self.candidates.remove(name);
+        }
         self.values.insert(name.to_owned(), known);
         if name.parse::<usize>().is_ok() || name == "@" || name == "*" {
             self.positional = None;
         }
     }
 
+    /// `for name in a b c`: the loop variable may be any of the words.
+    pub fn may_be(&mut self, name: &str, value: &str) {
+        self.values.insert(name.to_owned(), None);
+        self.add_candidate(name, value.to_owned());
+    }
+
+    fn add_candidate(&mut self, name: &str, value: String) {
+        let list = self.candidates.entry(name.to_owned()).or_default();
+        if !list.contains(&value) && list.len() < MAX_CANDIDATES {
+            list.push(value);
+        }
+    }
+
+    pub fn export(&mut self, name: &str) {
+        self.exported.insert(name.to_owned());
+    }
+
     /// Something may have assigned any name: forget everything, learn nothing more.
+    /// (Candidates stay: each was assigned at some point, and they only add doubt.)
     pub fn forget_all(&mut self) {
         self.values.clear();
         self.positional = None;
@@ -104,10 +158,22 @@ mod tests {
         assert_eq!(v.value("S").as_deref(), Some("sudo"));
         v.assign("S", Some("ls"), false);
         assert_eq!(v.value("S"), None);
+        assert_eq!(v.candidates("S"), ["sudo", "ls"], "both values remain possible");
         v.assign("T", Some("x"), true);
         v.forget_all();
         v.assign("T", Some("y"), true);
         assert_eq!(v.value("T"), None, "nothing is learnt after forget_all");
+    }
+
+    #[test]
+    fn a_child_shell_sees_only_exported_values() {
+        let mut v = Vars::new_shell(None);
+        v.assign("S", Some("sudo"), true);
+        v.assign("T", Some("ls"), true);
+        v.export("S");
+        let child = v.child(None);
+        assert_eq!(child.value("S").as_deref(), Some("sudo"));
+        assert_eq!(child.value("T"), None);
     }
 
     #[test]

@@ -99,7 +99,10 @@ impl Analyzer {
     /// a heredoc): it starts where we are, knows only the positional parameters it was
     /// given, and changes neither our variables nor our directory.
     pub fn shell_script(&mut self, text: &str, via: &'static str, positional: Option<Vec<String>>) {
-        let vars = std::mem::replace(&mut self.vars, Vars::new_shell(positional));
+        // Started directly, the shell gets our exported values; through a wrapper
+        // (`env`, `sudo`) its environment is not ours to know.
+        let fresh = if self.in_child { Vars::new_shell(positional) } else { self.vars.child(positional) };
+        let vars = std::mem::replace(&mut self.vars, fresh);
         let dirs = self.dirs.clone();
         let branch = std::mem::replace(&mut self.branch, 0);
         self.dirs.cdpath = false;
@@ -354,7 +357,12 @@ impl Analyzer {
                     self.push(part);
                 }
                 for w in f.values.iter().flatten() {
-                    self.word(&w.value);
+                    let value = self.word(&w.value);
+                    if value.literal && !value.glob {
+                        self.vars.may_be(&f.variable_name, &value.text);
+                    } else {
+                        self.vars.assign(&f.variable_name, None, false);
+                    }
                 }
                 self.looped(|an| an.list(&f.body.list));
             }
@@ -448,6 +456,47 @@ impl Analyzer {
             let mut part = self.new_part(argv);
             classify::redirections(self, &simple, &mut part);
             self.push(part);
+        }
+    }
+
+    /// `X=ls; if …; then X=sudo; fi; $X id`: the command is computed, but each value
+    /// the line may have given the variable is tried, and what it would do is added.
+    /// Only restrictions are added: the part stays opaque.
+    fn candidate_commands(&mut self, simple: &Simple, part: &mut Part) {
+        const MAX_VARIANTS: usize = 8;
+        let mut tried = 0;
+        for (i, arg) in simple.argv.iter().enumerate() {
+            if arg.literal {
+                continue;
+            }
+            let quoted = arg.text.starts_with('"');
+            let Some(name) = vars::simple_expansion(arg.text.trim_matches('"')) else { continue };
+            for value in self.vars.candidates(name).to_vec() {
+                if tried == MAX_VARIANTS {
+                    return;
+                }
+                tried += 1;
+                let mut variant: Vec<Arg> = simple.argv[..i].to_vec();
+                if quoted {
+                    variant.push(Arg::word(value.as_str()));
+                } else {
+                    variant.extend(value.split_whitespace().map(Arg::word));
+                }
+                variant.extend(simple.argv[i + 1..].iter().cloned());
+                let mut found = Part::default();
+                let in_child = std::mem::replace(&mut self.in_child, true);
+                classify::argv(self, &variant, simple.stdin_text.as_deref(), &mut found);
+                self.in_child = in_child;
+                found.classes.remove(&CommandClass::ReadOnly);
+                if !found.classes.is_empty() {
+                    part.add_note(format!("if ${name} is {value:?}"));
+                }
+                part.classes.extend(found.classes);
+                part.effects.extend(found.effects);
+                for note in found.notes {
+                    part.add_note(note);
+                }
+            }
         }
     }
 
@@ -635,6 +684,7 @@ impl Analyzer {
         classify::redirections(self, &simple, &mut part);
         classify::assignments(self, &simple.assignments, &mut part);
         self.evaluated_words(&simple);
+        self.candidate_commands(&simple, &mut part);
         classify::simple(self, &simple, &mut part);
         if part.classes.is_empty() && part.effects.is_empty() {
             part.classes.insert(CommandClass::ReadOnly);
