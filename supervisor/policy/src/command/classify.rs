@@ -592,6 +592,25 @@ fn unwrap<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Part) -
     Unwrapped::Command(inner)
 }
 
+/// The words that are neither options nor the values of `with_value` options: a
+/// subcommand's verb and operands (`kubectl -n ns get pods` → `get pods`).
+pub fn operand_words<'a>(args: &'a [Arg], with_value: &[&str]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        let t = a.text.as_str();
+        if with_value.contains(&t) {
+            i += 2;
+            continue;
+        }
+        if !t.starts_with('-') {
+            out.push(t);
+        }
+        i += 1;
+    }
+    out
+}
+
 fn skip_positionals(args: &[Arg], n: usize) -> &[Arg] {
     args.get(n..).unwrap_or(&[])
 }

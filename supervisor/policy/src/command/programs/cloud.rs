@@ -3,26 +3,9 @@
 //! known to write or not known at all, changes remote state. The lists are in the README.
 
 use super::super::Part;
+use super::super::classify::operand_words as words;
 use super::super::words::Arg;
 use crate::effect::{CommandClass as C, Effect as E};
-
-/// Words that are neither options nor option values (`-n ns`, `--region x`).
-fn words<'a>(args: &'a [Arg], with_value: &[&str]) -> Vec<&'a str> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(a) = args.get(i) {
-        let t = a.text.as_str();
-        if with_value.contains(&t) {
-            i += 2;
-            continue;
-        }
-        if !t.starts_with('-') {
-            out.push(t);
-        }
-        i += 1;
-    }
-    out
-}
 
 fn remote(part: &mut Part, what: String) {
     part.add(C::RemoteMutation, what);

@@ -2,7 +2,7 @@
 //! project code and is a mutation.
 
 use super::super::Part;
-use super::super::classify::{argv, skip_options};
+use super::super::classify::{argv, operand_words, skip_options};
 use super::super::walk::Analyzer;
 use super::super::words::Arg;
 use crate::effect::{CommandClass as C, Effect as E};
@@ -164,20 +164,9 @@ const VALUE_OPTIONS: &[&str] = &[
 
 /// The words that are neither options nor their values, nor `+toolchain`.
 fn operands(args: &[Arg]) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(a) = args.get(i) {
-        let t = a.text.as_str();
-        if VALUE_OPTIONS.contains(&t) {
-            i += 2;
-            continue;
-        }
-        if !t.starts_with('-') && !t.starts_with('+') {
-            out.push(t);
-        }
-        i += 1;
-    }
-    out
+    let mut words = operand_words(args, VALUE_OPTIONS);
+    words.retain(|w| !w.starts_with('+'));
+    words
 }
 
 /// The first operand: the verb.

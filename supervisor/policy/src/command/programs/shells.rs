@@ -75,17 +75,7 @@ fn posix<'a>(name: &str, args: &'a [Arg]) -> Invocation<'a> {
         }
         i += 1 + values;
     }
-    let rest = args.get(i..).unwrap_or(&[]);
-    if no_exec && !command {
-        return Invocation::Nothing;
-    }
-    if command {
-        return Invocation::Command { script: rest.first(), positional: rest.get(1..).unwrap_or(&[]), init: None };
-    }
-    match rest.first() {
-        Some(file) if !stdin => Invocation::File { file, init: None },
-        _ => Invocation::Stdin { init: None },
-    }
+    after_options(args.get(i..).unwrap_or(&[]), command, stdin, no_exec && !command)
 }
 
 /// fish: `-c CMD`/`--command CMD`/`--command=CMD`, `-C CMD`/`--init-command` run
@@ -166,7 +156,12 @@ fn csh(args: &[Arg]) -> Invocation<'_> {
         no_exec |= cluster.contains('n');
         i += 1;
     }
-    let rest = args.get(i..).unwrap_or(&[]);
+    after_options(args.get(i..).unwrap_or(&[]), command, stdin, no_exec)
+}
+
+/// What the words after a shell's options are: the command string and its
+/// parameters, a script file, or nothing (commands come from standard input).
+fn after_options(rest: &[Arg], command: bool, stdin: bool, no_exec: bool) -> Invocation<'_> {
     if no_exec {
         return Invocation::Nothing;
     }
