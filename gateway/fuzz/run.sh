@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs each of the gateway's fuzz targets for a bounded time, seeded with real pushes.
+# Usage: gateway/fuzz/run.sh [seconds per target, default 60]
+# Needs cargo-fuzz; RUSTC_BOOTSTRAP=1 lets the stable toolchain accept its flags.
+set -euo pipefail
+seconds="${1:-60}"
+here="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$here/corpus/receive_request" "$here/corpus/report_status"
+# Seeds: a push head with two refs, push options and a pack; reports with and without
+# side-band.
+python3 - "$here/corpus" <<'PY'
+import sys
+def pkt(data):
+    return b"%04x" % (len(data) + 4) + data
+a, b, z = b"1" * 40, b"2" * 40, b"0" * 40
+caps = b"report-status side-band-64k atomic push-options agent=git/2"
+head = pkt(a + b" " + b + b" refs/heads/main\0" + caps + b"\n") + pkt(z + b" " + b + b" refs/heads/x\n") + b"0000"
+open(sys.argv[1] + "/receive_request/seed", "wb").write(head + pkt(b"ci.skip") + b"0000PACK")
+report = pkt(b"unpack ok\n") + pkt(b"ok refs/heads/main\n") + pkt(b"ng refs/heads/x no\n") + b"0000"
+open(sys.argv[1] + "/report_status/plain", "wb").write(report)
+open(sys.argv[1] + "/report_status/side-band", "wb").write(pkt(b"\x02progress\n") + pkt(b"\x01" + report) + b"0000")
+PY
+cd "$here/../.."
+for target in receive_request report_status; do
+    RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir gateway/fuzz "$target" \
+        "gateway/fuzz/corpus/$target" -- -max_total_time="$seconds" -max_len=8192 -timeout=10
+done
