@@ -60,6 +60,8 @@ pub struct Analyzer {
     /// The command being classified gets more arguments at run time (xargs, `find
     /// -exec … +`), so its `$@` cannot be known.
     pub args_appended: bool,
+    /// Inside the second walk of a loop that changes directory.
+    rewalking: bool,
 }
 
 impl Analyzer {
@@ -76,6 +78,7 @@ impl Analyzer {
             in_child: false,
             searching: false,
             args_appended: false,
+            rewalking: false,
         };
         an.script(line, None);
         an.parts
@@ -134,15 +137,19 @@ impl Analyzer {
 
     /// A loop body may run many times: if it changes directory, the second time round it
     /// starts somewhere else, so it is walked again from anywhere.
+    /// Only the outermost moving loop is walked twice: inside a second walk everything
+    /// already starts from anywhere, and nested loops must not double the work per level.
     fn looped(&mut self, walk: impl Fn(&mut Self)) {
         let before = self.dirs.cwd.clone();
         let parts = self.parts.len();
         self.branch += 1;
         walk(self);
-        if self.dirs.cwd != before {
+        if self.dirs.cwd != before && !self.rewalking {
             self.parts.truncate(parts);
             self.dirs.cwd = Cwd::unknown();
+            self.rewalking = true;
             walk(self);
+            self.rewalking = false;
         }
         self.branch -= 1;
         self.dirs.cwd.union(&before);
@@ -718,6 +725,28 @@ fn test_words(expr: &ExtendedTestExpr, subs: &mut Vec<Substitution>, vars: &Vars
                     words::scan_for_substitutions(&arg.text, subs, 0);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines shaped to make the walker repeat itself: nested loops that move, many
+    /// candidate values, wrappers of unknown programs. Each must stay fast.
+    #[test]
+    fn pathological_lines_are_analysed_in_bounded_time() {
+        let nested_loops = format!("{}cd x; rm -rf *{}", "for a in 1; do ".repeat(40), "; done".repeat(40));
+        let candidates =
+            format!("{}$X $X $X $X", (0..8).map(|i| format!("if c; then X=v{i}; fi; ")).collect::<String>());
+        let wrappers = format!("mywrap {}", "mywrap sh -c 'mywrap ls' ".repeat(30));
+        let pipes = "echo 'echo sudo id | sh' | ".repeat(10) + "sh";
+        for line in [nested_loops, candidates, wrappers, pipes] {
+            let started = std::time::Instant::now();
+            let parts = Analyzer::analyze(&line);
+            assert!(!parts.is_empty());
+            assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?} for {line:.80}", started.elapsed());
         }
     }
 }
