@@ -21,6 +21,9 @@ use crate::effect::{CommandClass, Effect};
 const MAX_DEPTH: usize = 12;
 /// More simple commands than this in one line and the rest is opaque.
 const MAX_PARTS: usize = 512;
+/// Candidate values tried per line, all commands together: a line cannot make the
+/// gate re-analyse a long value thousands of times.
+const MAX_CANDIDATE_TRIES: usize = 64;
 
 /// A simple command as the classifier sees it.
 #[derive(Debug, Default)]
@@ -62,6 +65,8 @@ pub struct Analyzer {
     pub args_appended: bool,
     /// Inside the second walk of a loop that changes directory.
     rewalking: bool,
+    /// Candidate values still to be tried in this line (see `candidate_commands`).
+    candidate_budget: usize,
 }
 
 impl Analyzer {
@@ -79,6 +84,7 @@ impl Analyzer {
             searching: false,
             args_appended: false,
             rewalking: false,
+            candidate_budget: MAX_CANDIDATE_TRIES,
         };
         an.script(line, None);
         an.parts
@@ -479,10 +485,11 @@ impl Analyzer {
             let quoted = arg.text.starts_with('"');
             let Some(name) = vars::simple_expansion(arg.text.trim_matches('"')) else { continue };
             for value in self.vars.candidates(name).to_vec() {
-                if tried == MAX_VARIANTS {
+                if tried == MAX_VARIANTS || self.candidate_budget == 0 {
                     return;
                 }
                 tried += 1;
+                self.candidate_budget -= 1;
                 let mut variant: Vec<Arg> = simple.argv[..i].to_vec();
                 if quoted {
                     variant.push(Arg::word(value.as_str()));
@@ -742,7 +749,9 @@ mod tests {
             format!("{}$X $X $X $X", (0..8).map(|i| format!("if c; then X=v{i}; fi; ")).collect::<String>());
         let wrappers = format!("mywrap {}", "mywrap sh -c 'mywrap ls' ".repeat(30));
         let pipes = "echo 'echo sudo id | sh' | ".repeat(10) + "sh";
-        for line in [nested_loops, candidates, wrappers, pipes] {
+        let big = format!("sh -c '{}'", "ls -la; ".repeat(3000));
+        let long_candidate = format!("X=ls; if c; then X=\"{big}\"; fi; {}", "$X; ".repeat(2000));
+        for line in [nested_loops, candidates, wrappers, pipes, long_candidate] {
             let started = std::time::Instant::now();
             let parts = Analyzer::analyze(&line);
             assert!(!parts.is_empty());
