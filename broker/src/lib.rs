@@ -1,5 +1,14 @@
-//! cc-broker: credential issuance and revocation. For now it serves health and its status.
+//! cc-broker: credential issuance and revocation. The helper serves health and its
+//! status; the lease store and the providers below are what the run credentials are
+//! being built on (issue 20).
 #![forbid(unsafe_code)]
+
+pub mod credentials;
+pub mod github_app;
+pub mod leases;
+pub mod revoke;
+pub mod secret;
+pub mod static_tokens;
 
 use cc_proto::broker::v1::broker_server::{Broker, BrokerServer};
 use cc_proto::broker::v1::{GetStatusRequest, GetStatusResponse};
