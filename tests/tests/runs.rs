@@ -318,6 +318,10 @@ fn a_runner_that_cannot_start_fails_its_run() {
     assert_eq!(f.sup.ccctl_json(&["run", "show", &run])["state"], "failed", "the run is marked failed");
     let shown = f.sup.ccctl_json(&["run", "show", &run]);
     assert!(shown.to_string().contains("did not start"), "{shown}");
+    // Said once, with how the runner ended.
+    assert!(!shown.to_string().contains("did not start: the run's runner did not start"), "{shown}");
+    assert!(shown.to_string().contains("(code 1)"), "{shown}");
+    assert!(!err.contains("did not start: the run's runner did not start"), "{err}");
     assert_eq!(f.sup.helper_pids().len(), 3, "the supervisor and its helpers are still up");
 }
 

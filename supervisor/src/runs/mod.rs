@@ -171,10 +171,13 @@ impl LiveRun {
         };
         match ready.map(|s| s.clone()) {
             Ok(RunnerSlot::Ready { client, .. }) => Ok(*client),
-            Ok(RunnerSlot::Failed { why, .. }) => {
-                Err(RunError::RunnerUnavailable(format!("the run's runner did not start: {why}")))
+            Ok(RunnerSlot::Failed { why, .. }) if why.starts_with(runner::DID_NOT_START) => {
+                Err(RunError::RunnerUnavailable(why))
             }
-            _ => Err(RunError::RunnerUnavailable("the run's runner did not start".into())),
+            Ok(RunnerSlot::Failed { why, .. }) => {
+                Err(RunError::RunnerUnavailable(format!("the run's runner is gone: {why}")))
+            }
+            _ => Err(RunError::RunnerUnavailable(runner::DID_NOT_START.into())),
         }
     }
 }
@@ -644,7 +647,11 @@ impl RunManager {
                 Err(error) => {
                     let why = error.to_string();
                     let _ = slot_tx.send(RunnerSlot::Failed { why: why.clone(), ending: RunState::Failed });
-                    this.finish(&run_id, RunState::Failed, &format!("its runner did not start: {why}")).await;
+                    let reason = why.strip_prefix(runner::DID_NOT_START).map_or_else(
+                        || format!("its runner did not start: {why}"),
+                        |rest| format!("its runner did not start{rest}"),
+                    );
+                    this.finish(&run_id, RunState::Failed, &reason).await;
                 }
             }
         });

@@ -92,6 +92,9 @@ fn options_pipe(options: Vec<u8>) -> Result<std::os::fd::OwnedFd, RunError> {
     Ok(read.into())
 }
 
+/// How every message about a runner that failed to start begins.
+pub(super) const DID_NOT_START: &str = "the run's runner did not start";
+
 /// How the runner ended. `enveloped`: the process we waited for is the runner's
 /// bubblewrap, which exits with our init's status, and our init reports a command a
 /// signal ended as 128 + the signal, as a shell does.
@@ -170,9 +173,16 @@ impl RunManager {
             None => vec![],
         };
         let start = ProcessStart { user, descriptors, cgroup };
-        let mut child = start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", start)
-            .await
-            .map_err(|f| RunError::RunnerUnavailable(format!("the run's runner did not start: {}", f.message)))?;
+        let mut child =
+            start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", start).await.map_err(|f| {
+                // Its exit says more than "exited": a code, or the signal that ended it.
+                let exit = if f.status.is_some() {
+                    format!(" ({})", describe_exit(f.status, enveloped))
+                } else {
+                    String::new()
+                };
+                RunError::RunnerUnavailable(format!("{DID_NOT_START}: {}{exit}", f.message))
+            })?;
         let child_pid = child.id().unwrap_or(0);
         let connected = if enveloped {
             cc_proto::client::connect_to_descendant(&socket, child_pid).await
