@@ -151,3 +151,40 @@ fn nothing_to_push_is_a_clean_no_op() {
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     assert!(String::from_utf8_lossy(&again.stderr).contains("Everything up-to-date"));
 }
+
+/// Every spelling of a GitHub remote resolves to the bridge, for fetch and for push,
+/// with real git reading the generated configuration.
+#[test]
+fn github_remotes_are_rewritten_to_the_bridge_for_fetch_and_push() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("gitconfig");
+    std::fs::write(&config, cc_gateway::git::rewrite::run_gitconfig(40123).unwrap()).unwrap();
+    let repo = tmp.path().join("r");
+    ok(tmp.path(), &["init", "-q", up(&repo)]);
+    for (remote, path) in [
+        ("https://github.com/o/r.git", "o/r.git"),
+        ("http://github.com/o/r", "o/r"),
+        ("git@github.com:o/r.git", "o/r.git"),
+        ("ssh://git@github.com/o/r.git", "o/r.git"),
+        ("ssh://github.com/o/r.git", "o/r.git"),
+        ("git://github.com/o/r.git", "o/r.git"),
+        ("github.com:o/r.git", "o/r.git"),
+    ] {
+        let run = |args: &[&str]| {
+            let out = Command::new("git")
+                .args(args)
+                .current_dir(&repo)
+                .env("GIT_CONFIG_GLOBAL", &config)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        let _ = Command::new("git").args(["remote", "remove", "origin"]).current_dir(&repo).output();
+        run(&["remote", "add", "origin", remote]);
+        let want = format!("http://127.0.0.1:40123/{path}");
+        assert_eq!(run(&["ls-remote", "--get-url", "origin"]), want, "fetch of {remote}");
+        assert_eq!(run(&["remote", "get-url", "--push", "origin"]), want, "push of {remote}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod pktline;
 pub mod plan;
 pub mod report;
 pub mod request;
+pub mod rewrite;
 
 /// A ref name git would accept (`git check-ref-format`), under `refs/`: what may be
 /// named in a command we forward or a status line we write.
