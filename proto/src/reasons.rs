@@ -40,6 +40,10 @@ pub const WORKSPACE_NOT_FOUND: &str = "WORKSPACE_NOT_FOUND";
 pub const NAME_TAKEN: &str = "NAME_TAKEN";
 /// This checkout is registered in the workspace already (metadata `name`: under which).
 pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
+/// This GitHub repository is linked to the workspace already (metadata `github_repository`).
+pub const ALREADY_LINKED: &str = "ALREADY_LINKED";
+/// This GitHub repository is not linked to the workspace (metadata `github_repository`).
+pub const LINK_NOT_FOUND: &str = "LINK_NOT_FOUND";
 /// The filesystem of the data directory cannot reflink, so a reflink conversation
 /// cannot be made (metadata `path`); choose `copy`, or put the data directory on btrfs or xfs.
 pub const REFLINK_UNSUPPORTED: &str = "REFLINK_UNSUPPORTED";
@@ -76,6 +80,8 @@ pub const ALL: &[&str] = &[
     WORKSPACE_NOT_FOUND,
     NAME_TAKEN,
     ALREADY_REGISTERED,
+    ALREADY_LINKED,
+    LINK_NOT_FOUND,
     REFLINK_UNSUPPORTED,
     BACKEND_UNAVAILABLE,
     HELPER_NOT_FOUND,

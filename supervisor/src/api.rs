@@ -201,6 +201,26 @@ impl Workspaces for SupervisorApi {
             workspaces: workspaces.into_iter().map(convert::workspace).collect(),
         }))
     }
+
+    async fn link_git_hub_repository(
+        &self,
+        request: Request<pb::LinkGitHubRepositoryRequest>,
+    ) -> Result<Response<pb::LinkGitHubRepositoryResponse>, Status> {
+        let r = request.into_inner();
+        let workspace = convert::workspace_or_default(&r.workspace_id).to_owned();
+        let linked = self.blocking(move |c| c.link_github_repository(&workspace, &r.github_repository)).await?;
+        Ok(Response::new(pb::LinkGitHubRepositoryResponse { workspace: Some(convert::workspace(linked)) }))
+    }
+
+    async fn unlink_git_hub_repository(
+        &self,
+        request: Request<pb::UnlinkGitHubRepositoryRequest>,
+    ) -> Result<Response<pb::UnlinkGitHubRepositoryResponse>, Status> {
+        let r = request.into_inner();
+        let workspace = convert::workspace_or_default(&r.workspace_id).to_owned();
+        let unlinked = self.blocking(move |c| c.unlink_github_repository(&workspace, &r.github_repository)).await?;
+        Ok(Response::new(pb::UnlinkGitHubRepositoryResponse { workspace: Some(convert::workspace(unlinked)) }))
+    }
 }
 
 #[tonic::async_trait]

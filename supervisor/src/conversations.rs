@@ -111,6 +111,29 @@ impl Conversations {
         Ok(self.store.workspaces()?)
     }
 
+    /// Links a GitHub repository to a workspace (see [`github_repository`]).
+    pub fn link_github_repository(&self, workspace: &str, repository: &str) -> Result<Workspace, ConversationError> {
+        let repository = names::github_repository(repository).map_err(ConversationError::InvalidName)?;
+        let linked = self.store.link_github(workspace, &repository, now())?;
+        self.events.record(
+            "github_repository_linked",
+            &format!("workspace:{workspace}"),
+            json!({ "github_repository": repository }),
+        );
+        Ok(linked)
+    }
+
+    pub fn unlink_github_repository(&self, workspace: &str, repository: &str) -> Result<Workspace, ConversationError> {
+        let repository = names::github_repository(repository).map_err(ConversationError::InvalidName)?;
+        let unlinked = self.store.unlink_github(workspace, &repository)?;
+        self.events.record(
+            "github_repository_unlinked",
+            &format!("workspace:{workspace}"),
+            json!({ "github_repository": repository }),
+        );
+        Ok(unlinked)
+    }
+
     /// Registers a checkout. `path` must be absolute (the client resolves its own
     /// working directory); it is recorded as given and with every symlink resolved.
     pub fn add_repo(&self, workspace: &str, path: &Path, name: Option<&str>) -> Result<RepoRecord, ConversationError> {

@@ -53,7 +53,11 @@ pub fn wire_backend(backend: Backend) -> WorktreeBackend {
 }
 
 pub fn workspace(w: Workspace) -> pb::Workspace {
-    pb::Workspace { workspace_id: w.name, create_time: Some(timestamp(w.created_unix_ms)) }
+    pb::Workspace {
+        workspace_id: w.name,
+        create_time: Some(timestamp(w.created_unix_ms)),
+        linked_github_repositories: w.linked,
+    }
 }
 
 pub fn repository(r: RepoRecord) -> pb::Repository {
@@ -99,8 +103,12 @@ impl From<ConversationError> for Status {
                     Resource::Workspace => (reasons::WORKSPACE_NOT_FOUND, "workspace_id"),
                     Resource::Repository => (reasons::REPOSITORY_NOT_FOUND, "name"),
                     Resource::Conversation => (reasons::CONVERSATION_NOT_FOUND, "conversation_id"),
+                    Resource::GitHubLink => (reasons::LINK_NOT_FOUND, "github_repository"),
                 };
                 refusal(Code::NotFound, reason, &[(key, name)])
+            }
+            ConversationError::Registry(RegistryError::Exists { kind: Resource::GitHubLink, name }) => {
+                refusal(Code::AlreadyExists, reasons::ALREADY_LINKED, &[("github_repository", name)])
             }
             ConversationError::Registry(RegistryError::Exists { name, .. }) => {
                 refusal(Code::AlreadyExists, reasons::NAME_TAKEN, &[("name", name)])

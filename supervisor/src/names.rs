@@ -10,6 +10,26 @@ pub enum NameError {
     Start { kind: &'static str, shown: String },
     #[error("{kind} name {shown:?} may contain only letters, digits, '.', '_' and '-'")]
     Alphabet { kind: &'static str, shown: String },
+    #[error(
+        "GitHub repository {shown:?} must be OWNER/NAME: an owner of letters, digits and '-' (1 to 39), a name of letters, digits, '.', '_' and '-' (1 to 100)"
+    )]
+    GitHubRepository { shown: String },
+}
+
+/// `OWNER/NAME` as GitHub allows them, lower-cased (GitHub compares them without
+/// regard to case).
+pub fn github_repository(text: &str) -> Result<String, NameError> {
+    let shown: String = text.chars().take(160).flat_map(char::escape_default).collect();
+    let refuse = || NameError::GitHubRepository { shown: shown.clone() };
+    let (owner, name) = text.split_once('/').ok_or_else(refuse)?;
+    let owner_ok = (1..=39).contains(&owner.len())
+        && !owner.starts_with('-')
+        && owner.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let name_ok = (1..=100).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if owner_ok && name_ok { Ok(text.to_ascii_lowercase()) } else { Err(refuse()) }
 }
 
 /// `[A-Za-z0-9._-]{1,64}`, not starting with `.` or `-`.
@@ -29,7 +49,16 @@ pub fn check(kind: &'static str, name: &str) -> Result<(), NameError> {
 
 #[cfg(test)]
 mod tests {
-    use super::check;
+    use super::{check, github_repository};
+
+    #[test]
+    fn github_repositories_are_owner_slash_name() {
+        assert_eq!(github_repository("Octo-Org/Hello.World_2").unwrap(), "octo-org/hello.world_2");
+        for bad in ["o", "o/", "/r", "o/r/x", "-o/r", "o/..", "o_x/r", "o/r s", &format!("{}/r", "o".repeat(40))] {
+            let err = github_repository(bad).unwrap_err().to_string();
+            assert!(err.contains("must be OWNER/NAME") && !err.contains('\n'), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn accepts_ordinary_names() {

@@ -34,6 +34,7 @@ pub enum Resource {
     Workspace,
     Repository,
     Conversation,
+    GitHubLink,
 }
 
 impl std::fmt::Display for Resource {
@@ -42,6 +43,7 @@ impl std::fmt::Display for Resource {
             Resource::Workspace => "workspace",
             Resource::Repository => "repository",
             Resource::Conversation => "conversation",
+            Resource::GitHubLink => "linked GitHub repository",
         })
     }
 }
@@ -50,6 +52,8 @@ impl std::fmt::Display for Resource {
 pub struct Workspace {
     pub name: String,
     pub created_unix_ms: i64,
+    /// GitHub repositories linked to it (OWNER/NAME, lower case, sorted).
+    pub linked: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,14 +105,57 @@ impl Store {
         if inserted == 0 {
             return Err(RegistryError::Exists { kind: Resource::Workspace, name: name.to_owned() });
         }
-        Ok(Workspace { name: name.to_owned(), created_unix_ms: now })
+        Ok(Workspace { name: name.to_owned(), created_unix_ms: now, linked: Vec::new() })
     }
 
     pub fn workspaces(&self) -> Result<Vec<Workspace>, RegistryError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare_cached("SELECT name, created_unix_ms FROM workspaces ORDER BY name")?;
-        let rows = stmt.query_map([], |r| Ok(Workspace { name: r.get(0)?, created_unix_ms: r.get(1)? }))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows =
+            stmt.query_map([], |r| Ok(Workspace { name: r.get(0)?, created_unix_ms: r.get(1)?, linked: vec![] }))?;
+        let mut workspaces: Vec<Workspace> = rows.collect::<Result<_, _>>()?;
+        let mut links =
+            conn.prepare_cached("SELECT workspace, repository FROM workspace_github_links ORDER BY repository")?;
+        for link in links.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+            let (workspace, repository) = link?;
+            if let Some(w) = workspaces.iter_mut().find(|w| w.name == workspace) {
+                w.linked.push(repository);
+            }
+        }
+        Ok(workspaces)
+    }
+
+    pub fn workspace(&self, name: &str) -> Result<Workspace, RegistryError> {
+        self.workspaces()?
+            .into_iter()
+            .find(|w| w.name == name)
+            .ok_or_else(|| RegistryError::NotFound { kind: Resource::Workspace, name: name.to_owned() })
+    }
+
+    /// Links `repository` (OWNER/NAME, already checked and lower-cased) to `workspace`.
+    pub fn link_github(&self, workspace: &str, repository: &str, now: i64) -> Result<Workspace, RegistryError> {
+        self.require_workspace(workspace)?;
+        let inserted = self.conn()?.execute(
+            "INSERT INTO workspace_github_links (workspace, repository, created_unix_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING",
+            params![workspace, repository, now],
+        )?;
+        if inserted == 0 {
+            return Err(RegistryError::Exists { kind: Resource::GitHubLink, name: repository.to_owned() });
+        }
+        self.workspace(workspace)
+    }
+
+    pub fn unlink_github(&self, workspace: &str, repository: &str) -> Result<Workspace, RegistryError> {
+        self.require_workspace(workspace)?;
+        let deleted = self.conn()?.execute(
+            "DELETE FROM workspace_github_links WHERE workspace = ?1 AND repository = ?2",
+            params![workspace, repository],
+        )?;
+        if deleted == 0 {
+            return Err(RegistryError::NotFound { kind: Resource::GitHubLink, name: repository.to_owned() });
+        }
+        self.workspace(workspace)
     }
 
     pub fn require_workspace(&self, name: &str) -> Result<(), RegistryError> {
@@ -296,6 +343,27 @@ mod tests {
         s.create_workspace("other", 2).unwrap();
         assert_eq!(s.workspaces().unwrap().len(), 2);
         assert!(matches!(s.require_workspace("nope"), Err(RegistryError::NotFound { .. })));
+    }
+
+    #[test]
+    fn github_repositories_are_linked_once_per_workspace() {
+        let (_t, s) = store();
+        s.create_workspace("w", 1).unwrap();
+        assert_eq!(s.link_github("w", "o/b", 2).unwrap().linked, ["o/b"]);
+        assert_eq!(s.link_github("w", "o/a", 3).unwrap().linked, ["o/a", "o/b"]);
+        assert!(matches!(s.link_github("w", "o/a", 4), Err(RegistryError::Exists { kind: Resource::GitHubLink, .. })));
+        assert!(s.link_github("default", "o/a", 5).is_ok(), "another workspace may link it too");
+        assert!(matches!(
+            s.link_github("nope", "o/a", 6),
+            Err(RegistryError::NotFound { kind: Resource::Workspace, .. })
+        ));
+        assert_eq!(s.unlink_github("w", "o/b").unwrap().linked, ["o/a"]);
+        assert!(matches!(s.unlink_github("w", "o/b"), Err(RegistryError::NotFound { kind: Resource::GitHubLink, .. })));
+        let all = s.workspaces().unwrap();
+        assert_eq!(
+            all.iter().map(|w| (w.name.as_str(), w.linked.len())).collect::<Vec<_>>(),
+            [("default", 1), ("w", 1)]
+        );
     }
 
     #[test]

@@ -66,6 +66,14 @@ const MIGRATIONS: &[&str] = &[
         ended_unix_ms INTEGER,
         end_reason TEXT
     );",
+    // 4: GitHub repositories linked to a workspace: where its runs may push besides
+    // their worktree's own origin.
+    "CREATE TABLE workspace_github_links (
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        repository TEXT NOT NULL,
+        created_unix_ms INTEGER NOT NULL,
+        PRIMARY KEY (workspace, repository)
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -127,6 +127,30 @@ async fn refusals_of_the_registry_and_the_helpers_carry_their_reason() {
     let (reason, metadata) = refusal(client.conversations.delete_conversation(delete).await, Code::NotFound);
     assert_eq!((reason.as_str(), metadata["conversation_id"].as_str()), (reasons::CONVERSATION_NOT_FOUND, "c-nope"));
 
+    let link = |workspace_id: &str, repo: &str| pb::LinkGitHubRepositoryRequest {
+        workspace_id: workspace_id.into(),
+        github_repository: repo.into(),
+    };
+    let linked = client.workspaces.link_git_hub_repository(link("", "Octo/Project")).await.unwrap().into_inner();
+    assert_eq!(linked.workspace.unwrap().linked_github_repositories, ["octo/project"]);
+    let listed = client.workspaces.list_workspaces(pb::ListWorkspacesRequest {}).await.unwrap().into_inner();
+    assert_eq!(listed.workspaces[0].linked_github_repositories, ["octo/project"]);
+    let (reason, metadata) =
+        refusal(client.workspaces.link_git_hub_repository(link("default", "octo/PROJECT")).await, Code::AlreadyExists);
+    assert_eq!((reason.as_str(), metadata["github_repository"].as_str()), (reasons::ALREADY_LINKED, "octo/project"));
+    let (reason, _) = refusal(client.workspaces.link_git_hub_repository(link("nope", "o/r")).await, Code::NotFound);
+    assert_eq!(reason, reasons::WORKSPACE_NOT_FOUND);
+    let bad = client.workspaces.link_git_hub_repository(link("", "https://github.com/o/r")).await.unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().contains("must be OWNER/NAME"), "{}", bad.message());
+    let unlink =
+        |repo: &str| pb::UnlinkGitHubRepositoryRequest { workspace_id: String::new(), github_repository: repo.into() };
+    let unlinked = client.workspaces.unlink_git_hub_repository(unlink("octo/project")).await.unwrap().into_inner();
+    assert!(unlinked.workspace.unwrap().linked_github_repositories.is_empty());
+    let (reason, metadata) =
+        refusal(client.workspaces.unlink_git_hub_repository(unlink("octo/project")).await, Code::NotFound);
+    assert_eq!((reason.as_str(), metadata["github_repository"].as_str()), (reasons::LINK_NOT_FOUND, "octo/project"));
+
     let restart = pb::RestartHelperRequest { name: "broker2".into() };
     let (reason, metadata) = refusal(client.system.restart_helper(restart).await, Code::InvalidArgument);
     assert_eq!((reason.as_str(), metadata["name"].as_str()), (reasons::HELPER_NOT_FOUND, "broker2"));

@@ -139,8 +139,12 @@ enum SandboxAction {
 enum WorkspaceAction {
     /// Create a workspace
     New { name: String },
-    /// List workspaces
+    /// List workspaces, with the GitHub repositories linked to each
     List,
+    /// Link a GitHub repository (OWNER/NAME): runs of the workspace may push to it
+    LinkRepo { workspace: String, github_repository: String },
+    /// Unlink a GitHub repository
+    UnlinkRepo { workspace: String, github_repository: String },
 }
 
 #[derive(Subcommand)]
@@ -371,6 +375,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     let list =
                         client.workspaces.list_workspaces(pb::ListWorkspacesRequest {}).await.map_err(rpc_error)?;
                     render::workspaces(&list.into_inner().workspaces, cli.json);
+                }
+                WorkspaceAction::LinkRepo { workspace, github_repository } => {
+                    let request = pb::LinkGitHubRepositoryRequest { workspace_id: workspace, github_repository };
+                    let w = client.workspaces.link_git_hub_repository(request).await.map_err(rpc_error)?.into_inner();
+                    render::workspaces(&w.workspace.into_iter().collect::<Vec<_>>(), cli.json);
+                }
+                WorkspaceAction::UnlinkRepo { workspace, github_repository } => {
+                    let request = pb::UnlinkGitHubRepositoryRequest { workspace_id: workspace, github_repository };
+                    let w = client.workspaces.unlink_git_hub_repository(request).await.map_err(rpc_error)?.into_inner();
+                    render::workspaces(&w.workspace.into_iter().collect::<Vec<_>>(), cli.json);
                 }
             }
         }

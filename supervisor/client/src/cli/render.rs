@@ -232,11 +232,23 @@ fn lossy(bytes: &[u8]) -> String {
 
 pub fn workspaces(list: &[pb::Workspace], json: bool) {
     if json {
-        let items: Vec<Value> =
-            list.iter().map(|w| json!({ "name": w.workspace_id, "created": time(w.create_time.as_ref()) })).collect();
+        let items: Vec<Value> = list
+            .iter()
+            .map(|w| {
+                json!({
+                    "name": w.workspace_id,
+                    "created": time(w.create_time.as_ref()),
+                    "linked_github_repositories": w.linked_github_repositories,
+                })
+            })
+            .collect();
         return print_json(&Value::Array(items));
     }
-    print(&list.iter().map(|w| format!("{}\n", w.workspace_id)).collect::<String>());
+    let line = |w: &pb::Workspace| match w.linked_github_repositories.as_slice() {
+        [] => format!("{}\n", w.workspace_id),
+        linked => format!("{}  github: {}\n", w.workspace_id, linked.join(", ")),
+    };
+    print(&list.iter().map(line).collect::<String>());
 }
 
 pub fn repos(list: &[pb::Repository], json: bool) {
