@@ -1,0 +1,255 @@
+//! The broker's RPCs: register a run (issue its read credential), end a run and sync
+//! the live runs (revoke), list a run's leases. Only the supervisor may call them; the
+//! token-serving RPCs for the gateway come with the gateway's front door.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use cc_proto::auth::Caller;
+use cc_proto::broker::v1 as pb;
+use cc_proto::broker::v1::broker_server::{Broker, BrokerServer};
+use cc_proto::common::v1::CredentialLease;
+use cc_proto::hardening::CapabilityPolicy;
+use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
+use tonic::{Request, Response, Status};
+
+use crate::credentials::{Provider, Scope};
+use crate::leases::{Kind, Lease, LeaseStore, NewLease};
+use crate::revoke::{self, Outcome};
+
+pub const SPEC: HelperSpec = HelperSpec { name: "broker", capabilities: CapabilityPolicy::DropAll };
+
+/// Failed revokes are looked at this often.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+struct State {
+    store: Mutex<LeaseStore>,
+    provider: Option<Provider>,
+    retrier: OnceLock<()>,
+}
+
+pub struct BrokerService {
+    context: HelperContext,
+    state: Arc<State>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Leases(#[from] crate::leases::LeaseError),
+    #[error("cannot make {path}: {source}")]
+    Dir { path: String, source: std::io::Error },
+}
+
+/// The broker's database: `$DATA/broker/leases.db`, in a directory only we can enter.
+fn leases_path(context: &HelperContext) -> Result<PathBuf, StartError> {
+    let dir = context.bootstrap.data_dir.join("broker");
+    let made = |source| StartError::Dir { path: dir.display().to_string(), source };
+    std::fs::create_dir_all(&dir).map_err(made)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(made)?;
+    Ok(dir.join("leases.db"))
+}
+
+pub fn service(context: &HelperContext) -> Result<BrokerServer<BrokerService>, StartError> {
+    let config = context.bootstrap.options.get("credentials").map(String::as_str);
+    let provider = crate::config::provider(config, &context.bootstrap.data_dir)?;
+    match &provider {
+        None => tracing::info!("no credential provider is configured: runs get no credentials"),
+        Some(p) if !p.can_revoke() => tracing::warn!(
+            provider = p.name(),
+            "this provider cannot revoke: its tokens stay valid after a run ends (development only)"
+        ),
+        Some(p) => tracing::info!(provider = p.name(), "credential provider"),
+    }
+    let store = LeaseStore::open(&leases_path(context)?)?;
+    let state = Arc::new(State { store: Mutex::new(store), provider, retrier: OnceLock::new() });
+    Ok(BrokerServer::new(BrokerService { context: context.clone(), state })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+fn only_the_supervisor<T>(request: &Request<T>) -> Result<(), Status> {
+    match request.extensions().get::<Caller>().and_then(|c| c.peer.as_deref()) {
+        Some("supervisor") => Ok(()),
+        other => Err(Status::permission_denied(format!(
+            "only the supervisor may call this (the caller is {})",
+            other.unwrap_or("unknown")
+        ))),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::internal(e.to_string())
+}
+
+fn lease_message(l: Lease) -> CredentialLease {
+    let stamp = |t: SystemTime| cc_proto::time::timestamp(cc_proto::helper::unix_ms(t));
+    CredentialLease {
+        lease_id: l.id,
+        run_id: l.run,
+        provider: l.provider,
+        kind: match l.kind {
+            Kind::Read => "read".into(),
+            Kind::Write => "write".into(),
+        },
+        repositories: l.repositories,
+        permissions: l.permissions.into_iter().map(|(k, v)| format!("{k}:{v}")).collect(),
+        issue_time: Some(stamp(l.issued_at)),
+        expire_time: l.expires_at.map(stamp),
+        revoke_time: l.revoked_at.map(stamp),
+        revoke_attempts: l.revoke_attempts,
+        revoke_note: l.revoke_error.unwrap_or_default(),
+    }
+}
+
+fn revocation(run_of: &BTreeMap<i64, String>, outcome: Outcome) -> pb::Revocation {
+    use pb::RevocationOutcome as O;
+    let (lease_id, outcome, error, attempts) = match outcome {
+        Outcome::Revoked { lease } => (lease, O::Revoked, String::new(), 0),
+        Outcome::CannotRevoke { lease } => (lease, O::CannotRevoke, String::new(), 0),
+        Outcome::Failed { lease, error, attempts, .. } => (lease, O::Failed, error, attempts),
+    };
+    pb::Revocation {
+        lease_id,
+        run_id: run_of.get(&lease_id).cloned().unwrap_or_default(),
+        outcome: outcome as i32,
+        error,
+        attempts,
+    }
+}
+
+impl State {
+    fn store(&self) -> Result<std::sync::MutexGuard<'_, LeaseStore>, Status> {
+        self.store.lock().map_err(|_| Status::internal("the lease database is unusable after an earlier failure"))
+    }
+
+    /// Revokes `leases`, recording each outcome; no database lock is held while the
+    /// provider is called.
+    async fn revoke(&self, leases: Vec<Lease>) -> Result<Vec<pb::Revocation>, Status> {
+        let run_of: BTreeMap<i64, String> = leases.iter().map(|l| (l.id, l.run.clone())).collect();
+        let Some(provider) = &self.provider else {
+            return Ok(Vec::new());
+        };
+        let secrets = revoke::take(&*self.store()?, &leases).map_err(internal)?;
+        let results = revoke::revoke_all(provider, secrets).await;
+        let outcomes = revoke::record(&*self.store()?, results, SystemTime::now()).map_err(internal)?;
+        for o in &outcomes {
+            if let Outcome::Failed { lease, error, attempts, retry_in } = o {
+                tracing::warn!(lease, attempts, retry_in_ms = retry_in.as_millis() as u64, error = %error, "a revoke failed; retrying");
+            }
+        }
+        Ok(outcomes.into_iter().map(|o| revocation(&run_of, o)).collect())
+    }
+
+    /// Retries failed revokes for as long as the broker runs; started on first use,
+    /// inside the runtime.
+    fn ensure_retrier(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        self.retrier.get_or_init(|| {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(RETRY_EVERY).await;
+                    let Some(state) = weak.upgrade() else { return };
+                    let due = match state.store() {
+                        Ok(store) => store.due(SystemTime::now()).unwrap_or_default(),
+                        Err(_) => return,
+                    };
+                    if !due.is_empty() {
+                        let _ = state.revoke(due).await;
+                    }
+                }
+            });
+        });
+    }
+}
+
+#[tonic::async_trait]
+impl Broker for BrokerService {
+    async fn get_status(
+        &self,
+        _request: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        Ok(Response::new(pb::GetStatusResponse { status: Some(self.context.status()) }))
+    }
+
+    async fn register_run(
+        &self,
+        request: Request<pb::RegisterRunRequest>,
+    ) -> Result<Response<pb::RegisterRunResponse>, Status> {
+        only_the_supervisor(&request)?;
+        self.state.ensure_retrier();
+        let r = request.into_inner();
+        let existing = self.state.store()?.of_run(&r.run_id).map_err(internal)?;
+        let listed = |leases: Vec<Lease>, note: &str| {
+            Ok(Response::new(pb::RegisterRunResponse {
+                leases: leases.into_iter().map(lease_message).collect(),
+                note: note.to_owned(),
+            }))
+        };
+        if existing.iter().any(|l| l.kind == Kind::Read && l.revoked_at.is_none()) {
+            return listed(existing, "");
+        }
+        let Some(provider) = &self.state.provider else {
+            return listed(existing, "no credential provider is configured ([credentials] in config.toml)");
+        };
+        if r.github_repositories.is_empty() {
+            return listed(existing, "the run names no GitHub repository: no credential was issued");
+        }
+        let deadline =
+            r.deadline.map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(t.seconds).unwrap_or(0)));
+        let scope = Scope::read(r.github_repositories.clone());
+        let issued = provider
+            .issue(&scope, deadline)
+            .await
+            .map_err(|e| Status::failed_precondition(format!("cannot issue the run's read credential: {e}")))?;
+        let lease = NewLease {
+            run: r.run_id.clone(),
+            provider: provider.name().to_owned(),
+            kind: Kind::Read,
+            repositories: scope.repositories,
+            permissions: scope.permissions,
+            issued_at: SystemTime::now(),
+            expires_at: issued.expires_at,
+        };
+        let store = self.state.store()?;
+        store.insert(&lease, &issued.secret).map_err(internal)?;
+        listed(store.of_run(&r.run_id).map_err(internal)?, "")
+    }
+
+    async fn end_run(&self, request: Request<pb::EndRunRequest>) -> Result<Response<pb::EndRunResponse>, Status> {
+        only_the_supervisor(&request)?;
+        self.state.ensure_retrier();
+        let run = request.into_inner().run_id;
+        let live: Vec<Lease> = self
+            .state
+            .store()?
+            .of_run(&run)
+            .map_err(internal)?
+            .into_iter()
+            .filter(|l| l.revoked_at.is_none())
+            .collect();
+        Ok(Response::new(pb::EndRunResponse { revocations: self.state.revoke(live).await? }))
+    }
+
+    async fn sync_runs(&self, request: Request<pb::SyncRunsRequest>) -> Result<Response<pb::SyncRunsResponse>, Status> {
+        only_the_supervisor(&request)?;
+        self.state.ensure_retrier();
+        let live = request.into_inner().live_run_ids;
+        let orphans = self.state.store()?.orphaned(&live).map_err(internal)?;
+        Ok(Response::new(pb::SyncRunsResponse { revocations: self.state.revoke(orphans).await? }))
+    }
+
+    async fn list_leases(
+        &self,
+        request: Request<pb::ListLeasesRequest>,
+    ) -> Result<Response<pb::ListLeasesResponse>, Status> {
+        only_the_supervisor(&request)?;
+        let run = request.into_inner().run_id;
+        let leases = self.state.store()?.of_run(&run).map_err(internal)?;
+        Ok(Response::new(pb::ListLeasesResponse { leases: leases.into_iter().map(lease_message).collect() }))
+    }
+}
