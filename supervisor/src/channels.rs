@@ -24,6 +24,7 @@ use crate::helpers::{Helper, HelperKind, HelperSet, SUPERVISOR_PEER};
 const HELPER_START_WAIT: Duration = Duration::from_secs(5);
 
 pub type SandboxdClientWithSecret = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
+pub type BrokerClientWithSecret = BrokerClient<InterceptedService<Channel, PresentSecret>>;
 
 pub struct HelperChannels {
     helpers: Arc<HelperSet>,
@@ -91,6 +92,25 @@ impl HelperChannels {
     /// A client of sandboxd, over the cached channel to its current process.
     pub async fn sandboxd(&self) -> Result<SandboxdClientWithSecret, Status> {
         Ok(self.sandboxd_except(None).await?.0)
+    }
+
+    /// A client of the broker, waiting for a (re)starting one like sandboxd's.
+    pub async fn broker(&self) -> Result<BrokerClientWithSecret, Status> {
+        let helper = self.helpers.of(HelperKind::Broker);
+        let unavailable = |message: String| reasons::helper_unavailable(message, "broker");
+        let Some(pid) = helper.serving_pid_except(None, HELPER_START_WAIT).await else {
+            return Err(unavailable("the broker is not serving".into()));
+        };
+        self.broker_at(pid).await.map_err(|e| unavailable(e.message().to_owned()))
+    }
+
+    /// A client of the broker process `pid`, whatever its state: the supervisor's own
+    /// reconciliation of a broker that is not yet serving calls.
+    pub async fn broker_at(&self, pid: u32) -> Result<BrokerClientWithSecret, Status> {
+        let helper = self.helpers.of(HelperKind::Broker);
+        let channel =
+            self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), "broker"))?;
+        Ok(BrokerClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
     }
 
     /// A client of the sandboxd process `pid`, whatever its state: the supervisor's

@@ -77,6 +77,25 @@ pub struct Config {
     /// The runner program [default: cc-runner next to cc-supervisor].
     #[serde(default)]
     pub runner: Option<PathBuf>,
+    /// Where runs' credentials come from: read by cc-broker, which gets this table in
+    /// its bootstrap (never argv or env: static tokens are secrets). See the README.
+    #[serde(default)]
+    pub credentials: Option<CredentialsTable>,
+}
+
+/// The `[credentials]` table, kept as written: the broker reads it (see cc-broker's
+/// `config`), the supervisor only hands it over.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct CredentialsTable(pub toml::Table);
+
+// A table of configuration is compared as a whole; no NaN is ever in one.
+impl Eq for CredentialsTable {}
+
+impl CredentialsTable {
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&self.0).unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

@@ -179,6 +179,12 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     if let Some(bwrap) = &config.sandbox.bwrap {
         sandboxd_options.insert("bwrap".to_owned(), bwrap.display().to_string());
     }
+    // The broker reads its [credentials] table itself (it validates it, and says why
+    // it cannot start when the table is wrong).
+    let mut broker_options = std::collections::BTreeMap::new();
+    if let Some(credentials) = &config.credentials {
+        broker_options.insert("credentials".to_owned(), credentials.to_toml());
+    }
     let launches = HelperKind::ALL
         .into_iter()
         .map(|kind| {
@@ -191,7 +197,11 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                     .unwrap_or_else(|| helper_dir.join(format!("cc-{name}"))),
                 args: configured.map(|c| c.args.clone()).unwrap_or_default(),
                 socket: data.helper_socket(name),
-                options: if kind == HelperKind::Sandboxd { sandboxd_options.clone() } else { Default::default() },
+                options: match kind {
+                    HelperKind::Sandboxd => sandboxd_options.clone(),
+                    HelperKind::Broker => broker_options.clone(),
+                    _ => Default::default(),
+                },
             }
         })
         .collect();

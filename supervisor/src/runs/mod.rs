@@ -12,6 +12,7 @@
 //! unregisters the run from sandboxd (which kills every process of it), removes the
 //! runner's socket and records `run_ended` with the reason.
 
+mod credentials;
 pub mod error;
 pub mod limits;
 pub mod record;
@@ -94,6 +95,9 @@ pub struct LiveRun {
     runner: tokio::sync::watch::Receiver<RunnerSlot>,
     /// The conversation's first repository, the scope the gate sees.
     pub repo: Option<String>,
+    /// The GitHub repositories its read credential covers (its checkouts' origins on
+    /// GitHub and the workspace's linked repositories).
+    pub github_repositories: Vec<String>,
     stop: Mutex<Option<oneshot::Sender<StopRequest>>>,
     pub limits: limits::RunLimits,
     /// Its cgroup, while it has one (never without cgroup support); removed at its end.
@@ -410,6 +414,19 @@ impl RunManager {
             })
         });
         manager.env.channels.helpers().of(HelperKind::Sandboxd).set_reconcile(reconcile);
+        // Every new broker process is told the live runs: it revokes the credentials of
+        // every other run (one that ended while it was down, or before a crash), and
+        // each live run is registered with it again.
+        let weak = Arc::downgrade(&manager);
+        let reconcile: crate::helpers::Reconcile = Arc::new(move |pid| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                if let Some(manager) = weak.upgrade() {
+                    manager.sync_broker(pid).await;
+                }
+            })
+        });
+        manager.env.channels.helpers().of(HelperKind::Broker).set_reconcile(reconcile);
         manager
     }
 
@@ -529,9 +546,20 @@ impl RunManager {
         let id = run_id.as_str().to_owned();
         let (conversation, agent) = (request.conversation.clone(), request.agent.clone());
         let conversations = self.env.conversations.clone();
-        let (paths, record) = tokio::task::spawn_blocking(move || {
+        let (paths, record, github_repositories) = tokio::task::spawn_blocking(move || {
             let record = conversations.conversation(&conversation)?;
-            Ok::<_, crate::conversations::ConversationError>((conversations.run_paths(&conversation, &agent)?, record))
+            let linked = conversations
+                .workspaces()?
+                .into_iter()
+                .find(|w| w.name == record.workspace)
+                .map(|w| w.linked)
+                .unwrap_or_default();
+            let github = credentials::github_repositories(&record, &linked);
+            Ok::<_, crate::conversations::ConversationError>((
+                conversations.run_paths(&conversation, &agent)?,
+                record,
+                github,
+            ))
         })
         .await
         .map_err(|e| RunError::Internal(e.to_string()))??;
@@ -596,11 +624,14 @@ impl RunManager {
             policy,
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
+            github_repositories,
             stop: Mutex::new(Some(stop_tx)),
             limits,
             cgroup,
         });
         self.lock().insert(run_id.clone(), live.clone());
+        // Before the runner exists, so nothing of the run runs without its credential.
+        self.register_credentials(&live).await;
         self.env.events.record(
             "run_started",
             &format!("run:{id}"),
@@ -679,6 +710,8 @@ impl RunManager {
             }
             Err(_) => 0,
         };
+        // Nothing of the run runs any more: its credentials go.
+        self.end_credentials(id).await;
         if let Some(live) = &live {
             // Whatever of the run sandboxd did not know (the runner's own children).
             live.cgroup.remove().await;

@@ -107,6 +107,14 @@ impl Runs for RunsService {
         Ok(Response::new(pb::StopRunResponse { run: Some(self.to_proto(self.manager.record(&id)?)) }))
     }
 
+    async fn list_run_credentials(
+        &self,
+        request: Request<pb::ListRunCredentialsRequest>,
+    ) -> Result<Response<pb::ListRunCredentialsResponse>, Status> {
+        let id = RunId::from_wire(request.into_inner().run_id);
+        Ok(Response::new(pb::ListRunCredentialsResponse { leases: self.manager.credentials(&id).await? }))
+    }
+
     type CallToolStream = ReceiverStream<Result<pb::CallToolResponse, Status>>;
 
     async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {

@@ -38,7 +38,7 @@ fn print_json(value: &Value) {
     print(&format!("{value}\n"));
 }
 
-fn time(timestamp: Option<&cc_proto::Timestamp>) -> String {
+pub fn time(timestamp: Option<&cc_proto::Timestamp>) -> String {
     let ms = cc_proto::time::unix_ms(timestamp);
     let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()

@@ -59,6 +59,8 @@ pub enum RunAction {
     },
     /// One run
     Show { id: String },
+    /// The credentials the broker issued to a run (never their secrets)
+    Credentials { id: String },
     /// Stop a run: everything of it is killed
     Stop { id: String },
 }
@@ -212,6 +214,11 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
             } else {
                 runs.iter().for_each(print_run);
             }
+        }
+        RunAction::Credentials { id } => {
+            let request = pb::ListRunCredentialsRequest { run_id: id };
+            let leases = client.list_run_credentials(request).await.map_err(rpc_error)?.into_inner().leases;
+            print_leases(&leases, json);
         }
         RunAction::Show { id } => {
             let run = client.get_run(pb::GetRunRequest { run_id: id }).await.map_err(rpc_error)?.into_inner();
@@ -396,5 +403,52 @@ fn print_result(result: Option<Outcome>, json: bool) {
             }
         }
         None => {}
+    }
+}
+
+/// One line per lease, or a JSON array; a lease carries no secret to print.
+fn print_leases(leases: &[cc_proto::common::v1::CredentialLease], json: bool) {
+    let time = |t: Option<&cc_proto::Timestamp>| t.map(|t| super::render::time(Some(t)));
+    if json {
+        let items: Vec<serde_json::Value> = leases
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "lease": l.lease_id,
+                    "provider": l.provider,
+                    "kind": l.kind,
+                    "repositories": l.repositories,
+                    "permissions": l.permissions,
+                    "issued": time(l.issue_time.as_ref()),
+                    "expires": time(l.expire_time.as_ref()),
+                    "revoked": time(l.revoke_time.as_ref()),
+                    "revoke_attempts": l.revoke_attempts,
+                    "revoke_note": l.revoke_note,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(items));
+        return;
+    }
+    if leases.is_empty() {
+        println!("no credentials");
+    }
+    for l in leases {
+        let revoked = match (time(l.revoke_time.as_ref()), l.revoke_note.as_str()) {
+            (Some(t), "") => format!("revoked {t}"),
+            (Some(t), note) => format!("revoked {t} ({note})"),
+            (None, "") => "live".to_owned(),
+            (None, note) => format!("live; last revoke failed: {note}"),
+        };
+        println!(
+            "{} {} {} [{}] {} issued {} expires {}: {revoked}",
+            l.lease_id,
+            l.provider,
+            l.kind,
+            l.repositories.join(", "),
+            l.permissions.join(","),
+            time(l.issue_time.as_ref()).unwrap_or_default(),
+            time(l.expire_time.as_ref()).unwrap_or_else(|| "never".into()),
+        );
     }
 }

@@ -1,0 +1,99 @@
+//! Issue 20: a run's credentials are leases in the broker, listed without their
+//! secrets, revoked when the run ends, and revoked after a crash once the broker is
+//! told the live runs. The `static` provider here; the GitHub App flow against a
+//! stand-in GitHub API is `broker/tests/github_app.rs`.
+
+use std::time::Duration;
+
+use cc_tests::runs::{fixture, text};
+use cc_tests::{Options, Supervisor, eventually, wait_with_limit};
+use nix::sys::signal::Signal;
+
+const TOKEN: &str = "dev-secret-token-8f3a";
+
+fn config() -> String {
+    format!(
+        "[credentials]\nprovider = \"static\"\n[[credentials.static]]\ntoken = \"{TOKEN}\"\n\
+         repositories = [\"octo/project\"]\npermissions = {{ contents = \"read\", pull_requests = \"write\" }}\n"
+    )
+}
+
+fn leases(sup: &Supervisor, run: &str) -> Vec<serde_json::Value> {
+    sup.ccctl_json(&["run", "credentials", run]).as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_run_holds_a_leased_credential_until_it_ends_and_no_secret_is_shown() {
+    let f = fixture(Some(&config()));
+    assert!(f.sup.ccctl(&["workspace", "link-repo", "default", "Octo/Project"]).status.success());
+    let run = f.start_run("chat");
+
+    let live = leases(&f.sup, &run);
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0]["provider"], "static");
+    assert_eq!(live[0]["kind"], "read");
+    assert_eq!(live[0]["repositories"], serde_json::json!(["octo/project"]));
+    assert_eq!(live[0]["permissions"], serde_json::json!(["contents:read", "pull_requests:write"]));
+    assert!(live[0]["revoked"].is_null());
+    let plain = text(&f.sup.ccctl(&["run", "credentials", &run])).0;
+    assert!(plain.contains("static read [octo/project]") && plain.contains(": live"), "{plain}");
+
+    assert!(f.sup.ccctl(&["run", "stop", &run]).status.success());
+    let ended = leases(&f.sup, &run);
+    assert!(!ended[0]["revoked"].is_null(), "{ended:?}");
+    assert!(ended[0]["revoke_note"].as_str().unwrap().contains("cannot revoke"), "{ended:?}");
+
+    // The secret is nowhere a person or a client can read it.
+    let events = text(&f.sup.ccctl(&["--json", "events"])).0;
+    assert!(events.contains("credentials_issued") && events.contains("credentials_revoked"), "{events}");
+    for shown in [events, plain, serde_json::Value::Array(ended).to_string()] {
+        assert!(!shown.contains(TOKEN), "a token leaked: {shown}");
+    }
+}
+
+#[test]
+fn a_run_without_a_github_repository_gets_no_credential_and_says_why() {
+    let f = fixture(Some(&config()));
+    let run = f.start_run("chat");
+    assert!(leases(&f.sup, &run).is_empty());
+    let events = text(&f.sup.ccctl(&["--json", "events"])).0;
+    assert!(events.contains("the run names no GitHub repository"), "{events}");
+}
+
+#[test]
+fn credentials_of_a_run_are_revoked_after_its_broker_is_killed() {
+    let f = fixture(Some(&config()));
+    assert!(f.sup.ccctl(&["workspace", "link-repo", "default", "octo/project"]).status.success());
+    let run = f.start_run("chat");
+    let broker = f.sup.helper_pids().into_iter().find(|(n, _)| n == "broker").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(broker as i32), Signal::SIGKILL).unwrap();
+    // Stopped while its broker is down: the run's leases are revoked once it is back.
+    assert!(f.sup.ccctl(&["run", "stop", &run]).status.success());
+    eventually(Duration::from_secs(10), "the run's lease is revoked", || {
+        let out = f.sup.ccctl(&["--json", "run", "credentials", &run]);
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .is_some_and(|l| !l.is_empty() && l.iter().all(|x| !x["revoked"].is_null()))
+    });
+}
+
+#[test]
+fn a_crashed_supervisor_leaves_no_live_credential() {
+    cc_tests::become_subreaper();
+    let mut f = fixture(Some(&config()));
+    assert!(f.sup.ccctl(&["workspace", "link-repo", "default", "octo/project"]).status.success());
+    let run = f.start_run("chat");
+    assert!(leases(&f.sup, &run)[0]["revoked"].is_null());
+    f.sup.signal(Signal::SIGKILL);
+    wait_with_limit(&mut f.sup.child, Duration::from_secs(5));
+    // The next supervisor tells its broker the live runs (none): the old run's lease goes.
+    let options = Options { config: Some(config()), ..Default::default() };
+    let next = Supervisor::start_on(&f.sup.data_dir, options);
+    eventually(Duration::from_secs(10), "the crashed run's lease is revoked", || {
+        leases(&next, &run).iter().all(|l| !l["revoked"].is_null())
+    });
+    let events = text(&next.ccctl(&["--json", "events"])).0;
+    assert!(events.contains("credentials_synced"), "{events}");
+}
