@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fs;
+pub mod github_api;
 pub mod runs;
 pub mod sandbox;
 

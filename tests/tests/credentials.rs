@@ -97,3 +97,37 @@ fn a_crashed_supervisor_leaves_no_live_credential() {
     let events = text(&next.ccctl(&["--json", "events"])).0;
     assert!(events.contains("credentials_synced"), "{events}");
 }
+
+/// The GitHub App flow end to end: the supervisor's broker signs its JWT with the App's
+/// key, the stand-in GitHub API issues the run's token for the run's repositories, and
+/// the token is refused upstream once the run ends.
+#[test]
+fn a_github_app_token_is_scoped_to_the_run_and_refused_upstream_after_it() {
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = cc_tests::github_api::key_pair(keys.path());
+    let api = cc_tests::github_api::GitHubApi::start(public);
+    let config = format!(
+        "[credentials]\nprovider = \"github-app\"\n[credentials.github_app]\napp_id = \"{}\"\ninstallation_id = {}\n\
+         private_key = \"{}\"\napi_base = \"{}\"\n",
+        cc_tests::github_api::APP_ID,
+        cc_tests::github_api::INSTALLATION,
+        private.display(),
+        api.base()
+    );
+    let f = fixture(Some(&config));
+    assert!(f.sup.ccctl(&["workspace", "link-repo", "default", "octo/project"]).status.success());
+    let run = f.start_run("chat");
+    let live = leases(&f.sup, &run);
+    assert_eq!((live.len(), live[0]["provider"].as_str()), (1, Some("github-app")), "{live:?}");
+    assert!(!live[0]["expires"].is_null(), "GitHub's expiry is recorded");
+    let tokens = api.live_tokens();
+    assert_eq!(tokens.len(), 1);
+    assert_eq!(tokens[0].repositories, ["project"]);
+    assert_eq!(tokens[0].permissions["contents"], "read");
+    assert_eq!(tokens[0].permissions["pull_requests"], "write");
+
+    assert!(f.sup.ccctl(&["run", "stop", &run]).status.success());
+    assert!(api.live_tokens().is_empty(), "every token of the run is refused upstream after it ends");
+    assert_eq!(api.issued(), 1);
+    assert!(!leases(&f.sup, &run)[0]["revoked"].is_null());
+}
