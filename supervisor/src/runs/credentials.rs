@@ -43,6 +43,16 @@ pub fn github_repositories(record: &ConversationRecord, linked: &[String]) -> Ve
     repositories
 }
 
+/// What the broker is told of a run: its id and its GitHub repositories (runs have
+/// no deadline yet).
+fn register_request(run: &LiveRun) -> bk::RegisterRunRequest {
+    bk::RegisterRunRequest {
+        run_id: run.record.id.clone(),
+        github_repositories: run.github_repositories.clone(),
+        deadline: None,
+    }
+}
+
 impl RunManager {
     /// Asks the broker for the run's read credential. A broker that is down or a
     /// provider that refuses does not stop the run (it only cannot reach GitHub
@@ -52,12 +62,7 @@ impl RunManager {
         let channels = &self.env.channels;
         let registered = async {
             let mut broker = channels.broker().await?;
-            let request = bk::RegisterRunRequest {
-                run_id: live.record.id.clone(),
-                github_repositories: live.github_repositories.clone(),
-                deadline: None,
-            };
-            let call = broker.register_run(request);
+            let call = broker.register_run(register_request(live));
             channels.within(HelperKind::Broker, "RegisterRun", call).await
         };
         match registered.await {
@@ -120,12 +125,7 @@ impl RunManager {
         for run in live {
             let register = async {
                 let mut broker = channels.broker_at(pid).await?;
-                let request = bk::RegisterRunRequest {
-                    run_id: run.record.id.clone(),
-                    github_repositories: run.github_repositories.clone(),
-                    deadline: None,
-                };
-                let call = broker.register_run(request);
+                let call = broker.register_run(register_request(&run));
                 channels.within(HelperKind::Broker, "RegisterRun", call).await
             };
             if let Err(status) = register.await {

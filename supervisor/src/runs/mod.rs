@@ -86,6 +86,9 @@ pub enum RunnerSlot {
 
 /// A live run: its row as it was at start, and its runner slot, which says where in
 /// its state machine it is now.
+/// What the manager does when a helper process starts.
+type Reconciling = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 pub struct LiveRun {
     pub record: RunRecord,
     pub run_id: RunId,
@@ -404,30 +407,28 @@ impl RunManager {
         // Every new sandboxd process gets every live run before it serves calls
         // (DESIGN §2 rule 1). A call that still finds its run missing registers it and
         // retries (`runs::tools`).
-        let weak = Arc::downgrade(&manager);
-        let reconcile: crate::helpers::Reconcile = Arc::new(move |pid| {
-            let weak = weak.clone();
-            Box::pin(async move {
-                if let Some(manager) = weak.upgrade() {
-                    manager.register_all_with(pid).await;
-                }
-            })
+        manager.reconcile(HelperKind::Sandboxd, |manager, pid| {
+            Box::pin(async move { manager.register_all_with(pid).await })
         });
-        manager.env.channels.helpers().of(HelperKind::Sandboxd).set_reconcile(reconcile);
         // Every new broker process is told the live runs: it revokes the credentials of
         // every other run (one that ended while it was down, or before a crash), and
         // each live run is registered with it again.
-        let weak = Arc::downgrade(&manager);
+        manager.reconcile(HelperKind::Broker, |manager, pid| Box::pin(async move { manager.sync_broker(pid).await }));
+        manager
+    }
+
+    /// Has `then` run for every new process of `helper`, with the manager (while it lives).
+    fn reconcile(self: &Arc<Self>, helper: HelperKind, then: fn(Arc<Self>, u32) -> Reconciling) {
+        let weak = Arc::downgrade(self);
         let reconcile: crate::helpers::Reconcile = Arc::new(move |pid| {
             let weak = weak.clone();
             Box::pin(async move {
                 if let Some(manager) = weak.upgrade() {
-                    manager.sync_broker(pid).await;
+                    then(manager, pid).await;
                 }
             })
         });
-        manager.env.channels.helpers().of(HelperKind::Broker).set_reconcile(reconcile);
-        manager
+        self.env.channels.helpers().of(helper).set_reconcile(reconcile);
     }
 
     /// Registers every live run with the new sandboxd process `pid`, which keeps run
