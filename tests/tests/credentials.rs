@@ -131,3 +131,26 @@ fn a_github_app_token_is_scoped_to_the_run_and_refused_upstream_after_it() {
     assert_eq!(api.issued(), 1);
     assert!(!leases(&f.sup, &run)[0]["revoked"].is_null());
 }
+
+/// DESIGN §7: the agent holds no credential of any kind. With a live lease, nothing
+/// the run's bash can read (its environment, every process's environment it can see,
+/// its home, the work dir, /tmp, /run, /etc) holds the token.
+#[test]
+fn no_credential_is_reachable_inside_the_runs_envelope() {
+    let f = fixture(Some(&config()));
+    assert!(f.sup.ccctl(&["workspace", "link-repo", "default", "octo/project"]).status.success());
+    let run = f.start_run("chat");
+    assert!(leases(&f.sup, &run)[0]["revoked"].is_null(), "the run holds a live lease");
+    // The token is spelled in two halves, so the script itself does not contain it.
+    let (head, tail) = TOKEN.split_at(8);
+    let script = format!(
+        "t='{head}''{tail}'; env; for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$e\"; done 2>/dev/null; \
+         grep -rIl -e \"$t\" \"$HOME\" . /tmp /run /etc 2>/dev/null | sed 's/^/FOUND:/'; echo searched"
+    );
+    let out = f.tool(&run, &["bash", "--", &script]);
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.contains("searched"), "{stderr}");
+    assert!(stdout.contains("PATH="), "the environment was listed: {stdout}");
+    assert!(!stdout.contains("FOUND:"), "a file inside the envelope holds the token: {stdout}");
+    assert!(!stdout.contains(TOKEN) && !stderr.contains(TOKEN), "the token is inside the envelope: {stdout}");
+}
