@@ -164,15 +164,16 @@ impl LeaseStore {
 
     /// A revoke that failed: recorded, with when to try again.
     pub fn mark_revoke_failed(&self, id: i64, error: &str, retry_at: SystemTime) -> Result<u32, LeaseError> {
-        self.db.execute(
+        Ok(self.db.query_row(
             "UPDATE leases SET revoke_attempts = revoke_attempts + 1, revoke_error = ?2, next_attempt_at = ?3
-             WHERE id = ?1",
+             WHERE id = ?1 RETURNING revoke_attempts",
             params![id, error, seconds(retry_at)],
-        )?;
-        Ok(self.db.query_row("SELECT revoke_attempts FROM leases WHERE id = ?1", params![id], |r| r.get(0))?)
+            |r| r.get(0),
+        )?)
     }
 
-    pub fn of_lease_attempts(&self, id: i64) -> Result<u32, LeaseError> {
+    /// Failed revoke attempts of a lease so far.
+    pub fn revoke_attempts(&self, id: i64) -> Result<u32, LeaseError> {
         Ok(self.db.query_row("SELECT revoke_attempts FROM leases WHERE id = ?1", params![id], |r| r.get(0))?)
     }
 

@@ -72,8 +72,7 @@ pub fn record(
             }
             Err(e) => {
                 let error = e.to_string();
-                let previous = store.of_lease_attempts(lease)?;
-                let retry_in = backoff(previous);
+                let retry_in = backoff(store.revoke_attempts(lease)?);
                 let attempts = store.mark_revoke_failed(lease, &error, now + retry_in)?;
                 Outcome::Failed { lease, error, attempts, retry_in }
             }

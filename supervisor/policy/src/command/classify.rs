@@ -470,11 +470,11 @@ fn unwrap<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Part) -
         }
         "sshpass" => skip_options(rest, "pfdP", &[]),
         "gosu" | "su-exec" | "setuidgid" | "runcon" => {
+            // `gosu USER CMD…`, `runcon CONTEXT CMD…`; `runcon -u U -r R -t T CMD…` names
+            // no context word.
             part.add(C::PrivilegeEscalation, format!("{name} runs as another user or security context"));
-            skip_positionals(
-                skip_options(rest, "urtl", &[]),
-                usize::from(name != "runcon" || !rest.iter().any(|a| a.text.starts_with('-'))),
-            )
+            let context_by_options = name == "runcon" && rest.iter().any(|a| a.text.starts_with('-'));
+            skip_positionals(skip_options(rest, "urtl", &[]), usize::from(!context_by_options))
         }
         "chpst" => {
             if rest.iter().any(|a| a.text.starts_with("-u") || a.text.starts_with("-U")) {

@@ -212,10 +212,11 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
         "tee" => {
             let files: Vec<&Arg> = args.iter().filter(|a| !a.text.starts_with('-')).collect();
             for f in &files {
+                // A disk or kernel file is destruction (said by changes_file); a harmless
+                // device is nothing; anything else is a file written.
                 changes_file(&an.dirs.cwd, f, "tee writes", part);
-                if f.literal && is_kernel_or_disk(&f.text) {
-                    part.add(C::SystemDestruction, format!("writes to {}", f.text));
-                } else if !(f.literal && super::classify::is_harmless_device(&f.text)) {
+                let device = f.literal && (is_kernel_or_disk(&f.text) || super::classify::is_harmless_device(&f.text));
+                if !device {
                     part.add(C::Mutation, format!("writes to {}", f.text));
                     part.effects.insert(E::WriteFile);
                     part.scope.paths.push(f.text.clone());

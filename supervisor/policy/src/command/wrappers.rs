@@ -182,27 +182,23 @@ pub fn runner<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Par
         part.add(C::Mutation, what);
         part.effects.insert(E::InstallPackage);
     };
+    // The tool runs nothing and only reads.
+    let read_only = |part: &mut Part| -> Option<&'a [Arg]> {
+        part.add(C::ReadOnly, "");
+        None
+    };
     match name {
         "op" | "doppler" | "infisical" | "dotenvx" => match verb {
             "run" => Some(after_dashes().unwrap_or_else(|| skip_options(&rest[1..], "", &["env-file", "config"]))),
-            "read" | "whoami" | "list" | "get" | "inject" | "--version" | "" => {
-                part.add(C::ReadOnly, "");
-                None
-            }
+            "read" | "whoami" | "list" | "get" | "inject" | "--version" | "" => read_only(part),
             v => {
                 part.add(C::RemoteMutation, format!("{name} {v} changes a secrets store"));
                 None
             }
         },
         "aws-vault" => match verb {
-            "exec" => after_dashes().or_else(|| rest.get(2..)).filter(|r| !r.is_empty()).or_else(|| {
-                part.add(C::ReadOnly, "");
-                None
-            }),
-            "list" | "ls" | "" => {
-                part.add(C::ReadOnly, "");
-                None
-            }
+            "exec" => after_dashes().or_else(|| rest.get(2..)).filter(|r| !r.is_empty()).or_else(|| read_only(part)),
+            "list" | "ls" | "" => read_only(part),
             v => {
                 part.add(C::Mutation, format!("aws-vault {v}"));
                 None
@@ -219,8 +215,7 @@ pub fn runner<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Par
                 None
             }
             "ls" | "list" | "current" | "which" | "where" | "version" | "versions" | "doctor" | "--version" | "" => {
-                part.add(C::ReadOnly, "");
-                None
+                read_only(part)
             }
             v => {
                 part.add(C::Mutation, format!("{name} {v}"));
@@ -229,10 +224,7 @@ pub fn runner<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Par
         },
         "direnv" => match verb {
             "exec" => rest.iter().position(|a| a.text == "exec").and_then(|p| rest.get(p + 2..)),
-            "status" | "version" | "" => {
-                part.add(C::ReadOnly, "");
-                None
-            }
+            "status" | "version" | "" => read_only(part),
             v => {
                 part.add(C::Mutation, format!("direnv {v}"));
                 None
@@ -261,12 +253,9 @@ pub fn runner<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Par
                     install(part, format!("nix {verb} installs packages"));
                     None
                 }
-                (_, "search" | "eval" | "show-config" | "path-info" | "log" | "why-depends" | "--version" | "")
-                | (_, "flake")
-                    if verb != "flake" || matches!(sub, Some("show" | "metadata" | "info" | "check")) =>
-                {
-                    part.add(C::ReadOnly, "");
-                    None
+                (_, "flake") if matches!(sub, Some("show" | "metadata" | "info" | "check")) => read_only(part),
+                (_, "search" | "eval" | "show-config" | "path-info" | "log" | "why-depends" | "--version" | "") => {
+                    read_only(part)
                 }
                 (_, v) => {
                     part.add(C::Mutation, format!("nix {v}"));

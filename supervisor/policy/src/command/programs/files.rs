@@ -298,9 +298,7 @@ pub fn permissions(an: &Analyzer, name: &str, args: &[Arg], part: &mut Part) {
 pub fn dd(an: &Analyzer, args: &[Arg], part: &mut Part) {
     match args.iter().find_map(|a| a.text.strip_prefix("of=").map(|t| (t, a.literal))) {
         Some((target, literal)) => {
-            if literal && is_kernel_or_disk(target) {
-                part.add(C::SystemDestruction, format!("dd writes {target}"));
-            }
+            // A disk, a kernel file or a system file is judged by changes_file.
             let of = Arg { text: target.to_owned(), literal, ..Arg::word("") };
             changes_file(&an.dirs.cwd, &of, "dd writes", part);
             part.add(C::Mutation, format!("dd writes {target}"));
