@@ -21,6 +21,10 @@ pub struct Scope {
     pub domains: Vec<String>,
     /// The repository's default branch; `main` and `master` when unknown.
     pub default_branch: Option<String>,
+    /// A push that is not a fast-forward (or whose history cannot be seen).
+    pub force: bool,
+    /// A push that deletes its ref.
+    pub delete: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +38,10 @@ pub struct Action {
     pub command_line: Option<String>,
     /// Whether the run has an egress proxy (tools that need one exist only then).
     pub egress: bool,
+    /// A push can leave only through the git gateway, which asks about each ref it
+    /// really pushes: a command line's pushes are not judged from its words (they would
+    /// be judged twice, the first time by a guess at the refs).
+    pub pushes_through_gateway: bool,
 }
 
 /// One effect class and what decided it.
@@ -77,11 +85,19 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
     let mut worst = (Decision::Allow, String::from("allowed"), String::from("default"));
     if let Some(verdict) = &command {
         for p in &verdict.parts {
-            if p.decision > worst.0 {
-                worst = (p.decision, p.reason.clone(), "command policy".into());
+            let decision = if action.pushes_through_gateway && left_to_the_gateway(&p.part, action.mode) {
+                Decision::Allow
+            } else {
+                p.decision
+            };
+            if decision > worst.0 {
+                worst = (decision, p.reason.clone(), "command policy".into());
             }
             let scope = part_scope(&action.scope, &p.part.scope);
             for e in &p.part.effects {
+                if *e == Effect::PushRemote && action.pushes_through_gateway {
+                    continue;
+                }
                 effects.push(judge_effect(*e, &scope, action.mode, &rules));
             }
         }
@@ -99,6 +115,15 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
     }
     dedup(&mut effects);
     Evaluation { decision: worst.0, reason: worst.1, source: worst.2, effects, command }
+}
+
+/// A `git push` and nothing worse, in a mode that may mutate: the gateway asks the
+/// gate about each ref it really pushes, so the words are not asked about first.
+fn left_to_the_gateway(part: &command::Part, mode: Mode) -> bool {
+    use crate::effect::CommandClass as C;
+    !mode.is_read_only()
+        && part.effects.contains(&Effect::PushRemote)
+        && part.effective_classes().iter().all(|c| matches!(c, C::ReadOnly | C::Mutation | C::RemoteMutation))
 }
 
 fn dedup(effects: &mut Vec<EffectVerdict>) {
@@ -122,6 +147,10 @@ fn part_scope(action: &Scope, part: &PartScope) -> Scope {
         paths: part.paths.clone(),
         domains: part.domains.clone(),
         default_branch: action.default_branch.clone(),
+        // A command line's push is judged again, ref by ref with what it really does,
+        // by the gateway; the command policy does not guess force or deletion.
+        force: false,
+        delete: false,
     }
 }
 
@@ -150,9 +179,10 @@ pub fn judge_effect(effect: Effect, scope: &Scope, mode: Mode, rules: &[&Rule]) 
 /// decision, and the rule in words (`ccctl policy show`).
 pub fn default_summary(effect: Effect) -> (Decision, String) {
     match effect {
-        Effect::PushRemote => {
-            (Decision::Ask, "ask for the default branch or an unnamed one; allow for other branches".into())
-        }
+        Effect::PushRemote => (
+            Decision::Ask,
+            "ask for the default branch, an unnamed one, a force push or a deletion; allow for other branches".into(),
+        ),
         other => default_for(other, &Scope::default()),
     }
 }
@@ -170,6 +200,10 @@ pub fn default_for(effect: Effect, scope: &Scope) -> (Decision, String) {
             };
             if scope.refs_unknown || scope.refs.is_empty() {
                 (Decision::Ask, "push_remote: a push whose branch is not named asks by default".into())
+            } else if scope.delete {
+                (Decision::Ask, "push_remote: deleting a remote ref asks by default".into())
+            } else if scope.force {
+                (Decision::Ask, "push_remote: a force push asks by default".into())
             } else if let Some(r) = scope.refs.iter().find(|r| default(r)) {
                 (Decision::Ask, format!("push_remote: a push to the default branch {r} asks by default"))
             } else {
@@ -190,6 +224,9 @@ pub fn default_for(effect: Effect, scope: &Scope) -> (Decision, String) {
 /// deny rule applies when it covers any.
 fn rule_matches(rule: &Rule, scope: &Scope, mode: Mode) -> bool {
     if rule.mode.is_some_and(|m| m != mode) {
+        return false;
+    }
+    if rule.force.is_some_and(|f| f != scope.force) || rule.delete.is_some_and(|d| d != scope.delete) {
         return false;
     }
     let permissive = rule.decision == Decision::Allow;
@@ -326,6 +363,37 @@ mod tests {
     }
 
     #[test]
+    fn force_and_delete_ask_by_default_and_rules_name_them() {
+        let none = RuleSet::default();
+        let mut forced = push(&["feature"]);
+        forced.scope.force = true;
+        let mut deleted = push(&["feature"]);
+        deleted.scope.delete = true;
+        assert_eq!(evaluate(&push(&["feature"]), &[&none]).decision, Decision::Allow);
+        let asked = evaluate(&forced, &[&none]);
+        assert_eq!(
+            (asked.decision, asked.reason.as_str()),
+            (Decision::Ask, "push_remote: a force push asks by default")
+        );
+        assert!(evaluate(&deleted, &[&none]).reason.contains("deleting"));
+        let set = rules(concat!(
+            "[[rule]]\neffect = \"push_remote\"\nforce = true\ndecision = \"deny\"\n\n",
+            "[[rule]]\neffect = \"push_remote\"\nbranch = \"scratch/*\"\ndelete = true\ndecision = \"allow\"\n",
+        ));
+        assert_eq!(evaluate(&forced, &[&set]).decision, Decision::Deny);
+        assert_eq!(evaluate(&push(&["feature"]), &[&set]).decision, Decision::Allow);
+        assert_eq!(evaluate(&deleted, &[&set]).decision, Decision::Ask);
+        let mut scratch = push(&["scratch/x"]);
+        scratch.scope.delete = true;
+        assert_eq!(evaluate(&scratch, &[&set]).decision, Decision::Allow);
+        let not_forced_only = rules("[[rule]]\neffect = \"push_remote\"\nforce = false\ndecision = \"deny\"\n");
+        assert_eq!(evaluate(&forced, &[&not_forced_only]).decision, Decision::Ask);
+        assert_eq!(evaluate(&push(&["feature"]), &[&not_forced_only]).decision, Decision::Deny);
+        let wrong = RuleSet::parse("[[rule]]\neffect = \"write_file\"\nforce = true\ndecision = \"deny\"\n", "r.toml");
+        assert!(wrong.unwrap_err().to_string().contains("apply to push_remote"));
+    }
+
+    #[test]
     fn mode_repo_path_and_domain_scopes() {
         let set = rules(concat!(
             "[[rule]]\neffect = \"write_file\"\npath = \"secrets/**\"\ndecision = \"deny\"\n\n",
@@ -372,6 +440,11 @@ mod tests {
         let e = evaluate(&bash("git commit -m x && git push origin main", Mode::Chat), &[&set]);
         assert_eq!((e.decision, e.reason.as_str()), (Decision::Deny, "direct pushes to main are not allowed"));
         assert_eq!(evaluate(&bash("git push origin feature", Mode::Chat), &[&set]).decision, Decision::Ask);
+        // Behind the git gateway the push is judged there, ref by ref; read-only modes
+        // still refuse the command for what it is.
+        let gated = |line: &str, mode| Action { pushes_through_gateway: true, ..bash(line, mode) };
+        assert_eq!(evaluate(&gated("git push origin main", Mode::Chat), &[&set]).decision, Decision::Allow);
+        assert_eq!(evaluate(&gated("git push origin main", Mode::Plan), &[&set]).decision, Decision::Deny);
         let net = rules("[[rule]]\neffect = \"access_network\"\ndomain = \"localhost\"\ndecision = \"allow\"\n");
         assert_eq!(evaluate(&bash("curl http://localhost:8080/x", Mode::Plan), &[&net]).decision, Decision::Allow);
         assert_eq!(

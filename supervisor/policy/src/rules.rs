@@ -6,6 +6,11 @@
 //! branch = "main"          # glob over the short branch name; also ref = "refs/tags/*"
 //! decision = "deny"
 //! reason = "direct pushes to main are not allowed"
+//!
+//! [[rule]]
+//! effect = "push_remote"
+//! force = true             # only pushes that are not fast-forwards; delete = true: deletions
+//! decision = "deny"
 //! ```
 //!
 //! Every problem is an error at load that names the file and line: a rules file that
@@ -91,6 +96,10 @@ pub struct Rule {
     pub path: Option<Pattern>,
     pub domain: Option<DomainPattern>,
     pub mode: Option<Mode>,
+    /// Push rules: only pushes that are (true) or are not (false) force pushes.
+    pub force: Option<bool>,
+    /// Push rules: only pushes that do (true) or do not (false) delete the ref.
+    pub delete: Option<bool>,
     /// `file:line`, for people reading a decision.
     pub source: String,
 }
@@ -110,6 +119,11 @@ impl Rule {
         }
         if let Some(m) = self.mode {
             out.push(("mode", m.to_string()));
+        }
+        for (key, flag) in [("force", self.force), ("delete", self.delete)] {
+            if let Some(flag) = flag {
+                out.push((key, flag.to_string()));
+            }
         }
         out
     }
@@ -141,6 +155,8 @@ struct RawRule {
     path: Option<Spanned<String>>,
     domain: Option<Spanned<String>>,
     mode: Option<Spanned<String>>,
+    force: Option<bool>,
+    delete: Option<bool>,
 }
 
 impl RuleSet {
@@ -188,11 +204,11 @@ impl RuleSet {
             if let (Some(_), Some(s)) = (&r.branch, &r.reference) {
                 return Err(fail(Some(s.span()), "a rule names branch or ref, not both".into()));
             }
-            let push_scopes = r.branch.is_some() || r.reference.is_some();
+            let push_scopes = r.branch.is_some() || r.reference.is_some() || r.force.is_some() || r.delete.is_some();
             if push_scopes && effect != Effect::PushRemote {
                 return Err(fail(
                     Some(r.effect.span()),
-                    format!("branch and ref scopes apply to push_remote, not {effect}"),
+                    format!("branch, ref, force and delete scopes apply to push_remote, not {effect}"),
                 ));
             }
             if r.domain.is_some() && effect != Effect::AccessNetwork {
@@ -211,6 +227,8 @@ impl RuleSet {
                 path: glob(&r.path)?,
                 domain,
                 mode,
+                force: r.force,
+                delete: r.delete,
                 source: format!("{source_name}:{line}"),
             });
         }

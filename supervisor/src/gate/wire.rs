@@ -90,6 +90,8 @@ pub fn request_from(action: Option<pb::Action>) -> Result<Request, Status> {
         tool: (!a.tool.is_empty()).then_some(a.tool),
         command_line: (!a.command_line.is_empty()).then_some(a.command_line),
         egress: a.egress,
+        // A client's DecideAction judges what it describes, words and all.
+        pushes_through_gateway: false,
         scope: Scope {
             repo: (!scope.repository_name.is_empty()).then_some(scope.repository_name),
             refs: scope.refs,
@@ -97,6 +99,8 @@ pub fn request_from(action: Option<pb::Action>) -> Result<Request, Status> {
             paths: scope.paths,
             domains: scope.domains,
             default_branch: (!scope.default_branch.is_empty()).then_some(scope.default_branch),
+            force: scope.force,
+            delete: scope.delete,
         },
     };
     Ok(Request { action, workspace: a.workspace_id, run_id: a.run_id, summary: a.summary })
@@ -113,6 +117,8 @@ pub fn action(request: &Request) -> pb::Action {
             paths: a.scope.paths.clone(),
             domains: a.scope.domains.clone(),
             default_branch: a.scope.default_branch.clone().unwrap_or_default(),
+            force: a.scope.force,
+            delete: a.scope.delete,
         }),
         mode: mode(a.mode) as i32,
         tool: a.tool.clone().unwrap_or_default(),
