@@ -245,9 +245,13 @@ impl Envelope<'_> {
             a.bind("--ro-bind", self.runner, Path::new(RUNNER_INSIDE));
         }
         // The run's sockets, for our init to bridge; the workload cannot open AF_UNIX
-        // sockets (seccomp), so it reaches them only as 127.0.0.1:<port>.
+        // sockets (seccomp), so it reaches them only as 127.0.0.1:<port>. Each socket's
+        // directory is bound, so that a socket its helper makes again after a restart
+        // is the one the envelope reaches.
         for (port, socket) in &self.policy.bridges {
-            a.bind("--ro-bind", socket, &Path::new(BRIDGES_INSIDE).join(format!("{port}.sock")));
+            if let Some(dir) = socket.parent() {
+                a.bind("--ro-bind", dir, &Path::new(BRIDGES_INSIDE).join(port.to_string()));
+            }
         }
         // Nothing outside the roots, /tmp and /dev is writable: not the paths leading to
         // the roots, and not the root filesystem itself.
@@ -274,8 +278,9 @@ impl Envelope<'_> {
                 bound: a.bound,
             };
         }
-        for port in self.policy.bridges.keys() {
-            init.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}.sock"));
+        for (port, socket) in &self.policy.bridges {
+            let name = socket.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            init.flag("--bridge").arg(format!("{port}={BRIDGES_INSIDE}/{port}/{name}"));
         }
         init.checks(&a.checks);
         BwrapCommand { options: a.options, init: init.options, command: self.argv.to_vec(), bound: a.bound }
@@ -655,11 +660,11 @@ mod tests {
     #[test]
     fn bridges_are_bound_and_handed_to_init() {
         let mut p = policy();
-        p.bridges.insert(41001, "/d/sock/runs/r1/proxy.sock".into());
+        p.bridges.insert(41001, "/d/gateway/runs/r1/git.sock".into());
         let a = without_checks(&bare_args(&p));
-        assert!(position(&a, &["--ro-bind", "/d/sock/runs/r1/proxy.sock", "/run/cc/bridges/41001.sock"]).is_some());
+        assert!(position(&a, &["--ro-bind", "/d/gateway/runs/r1", "/run/cc/bridges/41001"]).is_some());
         let tail = &a[a.iter().rposition(|x| x == INIT_INSIDE).unwrap()..];
-        assert_eq!(tail, [INIT_INSIDE, "--bridge", "41001=/run/cc/bridges/41001.sock", "--", "true"]);
+        assert_eq!(tail, [INIT_INSIDE, "--bridge", "41001=/run/cc/bridges/41001/git.sock", "--", "true"]);
     }
 
     #[test]

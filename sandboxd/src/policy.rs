@@ -75,8 +75,8 @@ pub enum PolicyError {
     NoWorkDir,
     #[error("bridge port {0} must be between 1024 and 65535, once each")]
     BadPort(u32),
-    #[error("bridge socket {0} is not a unix socket")]
-    NotASocket(PathBuf),
+    #[error("bridge socket {0} is not in an existing directory of its own (its directory is what is bound)")]
+    BadBridgeDir(PathBuf),
     #[error(
         "{field} {path} is not inside the data directory {data_dir}: sandboxd binds only the run's own directories"
     )]
@@ -162,9 +162,12 @@ impl RunPolicy {
             let port =
                 u16::try_from(bridge.port).ok().filter(|p| *p >= 1024).ok_or(PolicyError::BadPort(bridge.port))?;
             let socket = path_of("bridge socket", &bridge.socket)?.ok_or(PolicyError::BadPort(bridge.port))?;
-            use std::os::unix::fs::FileTypeExt;
-            if !std::fs::metadata(&socket).is_ok_and(|m| m.file_type().is_socket()) {
-                return Err(PolicyError::NotASocket(socket));
+            // The directory is bound, not the socket: the helper that serves it may
+            // make it again after a restart (or only after this), and the envelope
+            // must see the new one. So the directory must be there, a real one.
+            let dir_ok = socket.parent().is_some_and(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()));
+            if !dir_ok || socket.file_name().is_none() {
+                return Err(PolicyError::BadBridgeDir(socket));
             }
             if bridges.insert(port, socket).is_some() {
                 return Err(PolicyError::BadPort(bridge.port));

@@ -107,8 +107,13 @@ async fn native(w: &World, env: &[(&str, &str)]) -> Option<(Sandboxd, Client)> {
 
 /// A unix socket of the run's own (a stand-in for its egress proxy or push gateway),
 /// belonging to the run's user like its files.
+/// A socket of the run's in a directory of its own (the directory is what is bound).
 fn run_socket(w: &World, name: &str) -> (PathBuf, std::os::unix::net::UnixListener) {
-    let socket = w.root.join(name);
+    use std::os::unix::fs::PermissionsExt;
+    let dir = w.root.join("bridge");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.join(name);
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     if nix::unistd::geteuid().is_root() {
         std::os::unix::fs::chown(&socket, Some(65534), Some(65534)).unwrap();
@@ -642,17 +647,21 @@ async fn as_an_unprivileged_user_the_envelope_holds_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     let w = world();
-    // A service of the run's own (a stand-in for its egress proxy) on a unix socket.
+    // A service of the run's own (a stand-in for its gateway) on a unix socket.
     let (socket, listener) = run_socket(&w, "proxy.sock");
-    std::thread::spawn(move || {
-        use std::io::{Read, Write};
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 5];
-            if conn.read_exact(&mut buf).is_ok() && &buf == b"ping\n" {
-                let _ = conn.write_all(b"pong\n");
+    let serve = |listener: std::os::unix::net::UnixListener, answer: &'static [u8]| {
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for mut conn in listener.incoming().flatten() {
+                let mut buf = [0u8; 5];
+                if conn.read_exact(&mut buf).is_ok() && &buf == b"ping\n" {
+                    let _ = conn.write_all(answer);
+                    let _ = conn.write_all(b"\n");
+                }
             }
-        }
-    });
+        })
+    };
+    serve(listener, b"pong");
     if !cc_tests::privileged("building envelopes with bubblewrap as root") {
         return;
     }
@@ -661,19 +670,40 @@ async fn the_runs_own_sockets_are_reachable_only_as_loopback_ports() {
     let mut p = policy(&w);
     p.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&socket) }];
     client.register_run(cc_tests::sandbox::registration(p)).await.unwrap();
+    // The command waits on a FIFO between its two pings; meanwhile the service is
+    // made again at the same path, as a restarted helper makes its socket.
+    let fifo = w.repo.join("go.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    std::fs::set_permissions(&fifo, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     let script = "bash -c 'exec 3<>/dev/tcp/127.0.0.1/41001; echo ping >&3; head -n1 <&3'\n\
-                  python3 -c 'import socket\ntry:\n  socket.socket(socket.AF_UNIX).connect(\"/run/cc/bridges/41001.sock\"); print(\"DIRECT unix socket\")\nexcept OSError as e: print(\"unix errno\", e.errno)'\n\
-                  bash -c 'echo > /dev/tcp/127.0.0.1/41002' 2>/dev/null && echo 'OTHER port'; true";
+                  python3 -c 'import socket\ntry:\n  socket.socket(socket.AF_UNIX).connect(\"/run/cc/bridges/41001/proxy.sock\"); print(\"DIRECT unix socket\")\nexcept OSError as e: print(\"unix errno\", e.errno)'\n\
+                  bash -c 'echo > /dev/tcp/127.0.0.1/41002' 2>/dev/null && echo 'OTHER port'\n\
+                  read line < go.fifo\n\
+                  bash -c 'exec 3<>/dev/tcp/127.0.0.1/41001; echo ping >&3; head -n1 <&3'";
+    let remade = {
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            // The FIFO opens for writing once the command reads it: the first ping is done.
+            let mut go = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            std::fs::remove_file(&socket).unwrap();
+            let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+            std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+            serve(listener, b"pong2");
+            let _ = std::io::Write::write_all(&mut go, b"go\n");
+        })
+    };
     let out = run(&mut client, "r1", BASH, script).await;
+    remade.join().unwrap();
     assert!(out.stdout.starts_with("pong\n"), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.ends_with("pong2\n"), "the socket made again was not reached:\n{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("unix errno 1"), "the workload opened an AF_UNIX socket:\n{}", out.stdout);
     assert!(!out.stdout.contains("DIRECT") && !out.stdout.contains("OTHER"), "{}", out.stdout);
 
-    // A bridge to something that is not a socket is refused at registration.
+    // A bridge whose socket has no directory of its own is refused at registration.
     let mut bad = policy(&w);
-    bad.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&w.data.join("state.db")) }];
+    bad.bridges = vec![pb::Bridge { port: 41001, socket: bytes(&w.data.join("nowhere/x.sock")) }];
     let err = client.register_run(cc_tests::sandbox::registration(bad)).await.unwrap_err();
-    assert!(err.message().contains("is not a unix socket"), "{}", err.message());
+    assert!(err.message().contains("is not in an existing directory"), "{}", err.message());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
