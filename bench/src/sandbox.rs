@@ -214,6 +214,7 @@ pub(crate) fn start_sandboxd(root: &Path) -> anyhow::Result<(std::process::Child
         peers: [("supervisor".to_owned(), secret.clone())].into(),
         supervisor_pid: std::process::id(),
         options: [("sandbox".to_owned(), "native".to_owned())].into(),
+        calls: Default::default(),
     };
     child.stdin.take().context("stdin")?.write_all(&bootstrap.to_json_line())?;
     line.clear();

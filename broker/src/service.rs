@@ -1,6 +1,7 @@
 //! The broker's RPCs: register a run (issue its read credential), end a run and sync
-//! the live runs (revoke), list a run's leases. Only the supervisor may call them; the
-//! token-serving RPCs for the gateway come with the gateway's front door.
+//! the live runs (revoke), list a run's leases: the supervisor's. The token-serving
+//! ones: the run's read token (the gateway and the supervisor), a one-push write token
+//! and its revocation (the gateway). The peer secret says who asks.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -73,13 +74,23 @@ pub fn service(context: &HelperContext) -> Result<BrokerServer<BrokerService>, S
 }
 
 fn only_the_supervisor<T>(request: &Request<T>) -> Result<(), Status> {
+    only(request, &["supervisor"])
+}
+
+/// Refuses a caller whose peer secret is not one of `peers`'.
+fn only<T>(request: &Request<T>, peers: &[&str]) -> Result<(), Status> {
     match request.extensions().get::<Caller>().and_then(|c| c.peer.as_deref()) {
-        Some("supervisor") => Ok(()),
+        Some(peer) if peers.contains(&peer) => Ok(()),
         other => Err(Status::permission_denied(format!(
-            "only the supervisor may call this (the caller is {})",
+            "only the {} may call this (the caller is {})",
+            peers.join(" or the "),
             other.unwrap_or("unknown")
         ))),
     }
+}
+
+fn stamp(t: SystemTime) -> cc_proto::time::Timestamp {
+    cc_proto::time::timestamp(cc_proto::helper::unix_ms(t))
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {
@@ -87,7 +98,6 @@ fn internal(e: impl std::fmt::Display) -> Status {
 }
 
 fn lease_message(l: Lease) -> CredentialLease {
-    let stamp = |t: SystemTime| cc_proto::time::timestamp(cc_proto::helper::unix_ms(t));
     CredentialLease {
         lease_id: l.id,
         run_id: l.run,
@@ -123,6 +133,22 @@ fn revocation(run_of: &BTreeMap<i64, String>, outcome: Outcome) -> pb::Revocatio
 }
 
 impl State {
+    /// The run's live read lease and its token.
+    fn read_lease(&self, run: &str) -> Result<(Lease, crate::secret::Secret), Status> {
+        let store = self.store()?;
+        let lease = store
+            .of_run(run)
+            .map_err(internal)?
+            .into_iter()
+            .find(|l| l.kind == Kind::Read && l.revoked_at.is_none())
+            .ok_or_else(|| Status::failed_precondition(format!("run {run} holds no live credential")))?;
+        let secret = store
+            .secret(lease.id)
+            .map_err(internal)?
+            .ok_or_else(|| Status::failed_precondition(format!("run {run}'s credential has no token on record")))?;
+        Ok((lease, secret))
+    }
+
     fn store(&self) -> Result<std::sync::MutexGuard<'_, LeaseStore>, Status> {
         self.store.lock().map_err(|_| Status::internal("the lease database is unusable after an earlier failure"))
     }
@@ -251,5 +277,89 @@ impl Broker for BrokerService {
         let run = request.into_inner().run_id;
         let leases = self.state.store()?.of_run(&run).map_err(internal)?;
         Ok(Response::new(pb::ListLeasesResponse { leases: leases.into_iter().map(lease_message).collect() }))
+    }
+
+    async fn get_read_token(
+        &self,
+        request: Request<pb::GetReadTokenRequest>,
+    ) -> Result<Response<pb::GetReadTokenResponse>, Status> {
+        only(&request, &["gateway", "supervisor"])?;
+        let (lease, secret) = self.state.read_lease(&request.into_inner().run_id)?;
+        Ok(Response::new(pb::GetReadTokenResponse {
+            token: secret.expose().to_owned(),
+            lease_id: lease.id,
+            expire_time: lease.expires_at.map(stamp),
+        }))
+    }
+
+    async fn issue_write_token(
+        &self,
+        request: Request<pb::IssueWriteTokenRequest>,
+    ) -> Result<Response<pb::IssueWriteTokenResponse>, Status> {
+        only(&request, &["gateway"])?;
+        self.state.ensure_retrier();
+        let r = request.into_inner();
+        let (read, _) = self.state.read_lease(&r.run_id)?;
+        let repository = r.repository.to_ascii_lowercase();
+        if !read.repositories.iter().any(|known| known.eq_ignore_ascii_case(&repository)) {
+            return Err(Status::permission_denied(format!(
+                "{repository} is not a repository of run {} (it has {})",
+                r.run_id,
+                read.repositories.join(", ")
+            )));
+        }
+        let Some(provider) = &self.state.provider else {
+            return Err(Status::failed_precondition("no credential provider is configured"));
+        };
+        // Never past the read token's own expiry, which is capped at the run's deadline.
+        let scope = Scope::write(repository);
+        let issued = provider
+            .issue(&scope, read.expires_at)
+            .await
+            .map_err(|e| Status::failed_precondition(format!("cannot issue a write token: {e}")))?;
+        let lease = NewLease {
+            run: r.run_id.clone(),
+            provider: provider.name().to_owned(),
+            kind: Kind::Write,
+            repositories: scope.repositories,
+            permissions: scope.permissions,
+            issued_at: SystemTime::now(),
+            expires_at: issued.expires_at,
+        };
+        let lease_id = self.state.store()?.insert(&lease, &issued.secret).map_err(internal)?;
+        tracing::info!(run = %r.run_id, lease = lease_id, "issued a write token for one push");
+        Ok(Response::new(pb::IssueWriteTokenResponse {
+            token: issued.secret.expose().to_owned(),
+            lease_id,
+            expire_time: issued.expires_at.map(stamp),
+        }))
+    }
+
+    async fn revoke_write_token(
+        &self,
+        request: Request<pb::RevokeWriteTokenRequest>,
+    ) -> Result<Response<pb::RevokeWriteTokenResponse>, Status> {
+        only(&request, &["gateway"])?;
+        self.state.ensure_retrier();
+        let r = request.into_inner();
+        let lease = self
+            .state
+            .store()?
+            .of_run(&r.run_id)
+            .map_err(internal)?
+            .into_iter()
+            .find(|l| l.id == r.lease_id && l.kind == Kind::Write)
+            .ok_or_else(|| Status::not_found(format!("run {} has no write lease {}", r.run_id, r.lease_id)))?;
+        if lease.revoked_at.is_some() {
+            let done = pb::Revocation {
+                lease_id: lease.id,
+                run_id: r.run_id,
+                outcome: pb::RevocationOutcome::Revoked as i32,
+                ..Default::default()
+            };
+            return Ok(Response::new(pb::RevokeWriteTokenResponse { revocation: Some(done) }));
+        }
+        let revocation = self.state.revoke(vec![lease]).await?.into_iter().next();
+        Ok(Response::new(pb::RevokeWriteTokenResponse { revocation }))
     }
 }

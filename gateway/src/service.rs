@@ -1,24 +1,146 @@
-//! The helper process: health and status over its socket.
+//! The helper process: health, status, and the supervisor's RPCs that open and close
+//! each run's git front door.
 
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cc_proto::auth::Caller;
+use cc_proto::gateway::v1 as pb;
 use cc_proto::gateway::v1::gateway_server::{Gateway, GatewayServer};
-use cc_proto::gateway::v1::{GetStatusRequest, GetStatusResponse};
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
+use cc_proto::paths::DataDir;
 use tonic::{Request, Response, Status};
+
+use crate::door::{Doors, Repository, RunDoor, Shared, Upstream};
+use crate::git::route::is_github_repository;
+use crate::peers::Peers;
 
 pub const SPEC: HelperSpec = HelperSpec { name: "gateway", capabilities: CapabilityPolicy::DropAll };
 
+/// When the supervisor names no deadline for the gate's answers.
+const DEFAULT_GATE_DEADLINE: Duration = Duration::from_secs(305);
+
 pub struct GatewayService {
     context: HelperContext,
+    doors: Arc<Doors>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the data directory: {0}")]
+    Data(String),
+    #[error("github_url {0:?} is not an http(s) URL")]
+    GitHubUrl(String),
+    #[error("cannot build the HTTPS client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("cannot make {path}: {source}")]
+    Dir { path: String, source: std::io::Error },
+}
+
+pub fn service(context: &HelperContext) -> Result<GatewayServer<GatewayService>, StartError> {
+    let bootstrap = &context.bootstrap;
+    let data = DataDir::locate(Some(&bootstrap.data_dir)).map_err(|e| StartError::Data(e.to_string()))?;
+    let github = bootstrap.options.get("github_url").map_or("https://github.com", String::as_str);
+    if !(github.starts_with("https://") || github.starts_with("http://")) {
+        return Err(StartError::GitHubUrl(github.to_owned()));
+    }
+    let gate_deadline = bootstrap
+        .options
+        .get("gate_deadline_ms")
+        .and_then(|ms| ms.parse().ok())
+        .map_or(DEFAULT_GATE_DEADLINE, Duration::from_millis);
+    let peers = Peers::new(
+        data.helper_socket("broker"),
+        bootstrap.calls.get("broker").cloned(),
+        data.api_socket(),
+        gate_deadline,
+    );
+    let runs_dir = data.root().join("gateway").join("runs");
+    make_searchable(&runs_dir)?;
+    let doors = Doors::new(runs_dir, Shared { peers, upstream: Upstream::new(github)? });
+    tracing::info!(github, "forwarding runs' git to");
+    Ok(GatewayServer::new(GatewayService { context: context.clone(), doors: Arc::new(doors) })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// `gateway/runs`: searchable (not listable) by the run's user, whose envelopes are
+/// set up by bubblewrap running as it.
+fn make_searchable(dir: &std::path::Path) -> Result<(), StartError> {
+    use std::os::unix::fs::PermissionsExt;
+    let made = |source| StartError::Dir { path: dir.display().to_string(), source };
+    std::fs::create_dir_all(dir).map_err(made)?;
+    for d in [dir, dir.parent().unwrap_or(dir)] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).map_err(made)?;
+    }
+    Ok(())
+}
+
+fn only_the_supervisor<T>(request: &Request<T>) -> Result<(), Status> {
+    match request.extensions().get::<Caller>().and_then(|c| c.peer.as_deref()) {
+        Some("supervisor") => Ok(()),
+        other => Err(Status::permission_denied(format!(
+            "only the supervisor may call this (the caller is {})",
+            other.unwrap_or("unknown")
+        ))),
+    }
+}
+
+/// A run id is ours: `r` and hex digits. Anything else would name another directory.
+fn check_run_id(run: &str) -> Result<(), Status> {
+    if run.is_empty() || run.len() > 64 || !run.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(Status::invalid_argument(format!(
+            "{:?} is not a run id",
+            run.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+fn run_door(r: pb::RegisterRunRequest) -> Result<RunDoor, Status> {
+    check_run_id(&r.run_id)?;
+    let mut repositories = Vec::with_capacity(r.repositories.len());
+    for repo in r.repositories {
+        let name = repo.name.to_ascii_lowercase();
+        let valid = name.split_once('/').is_some_and(|(owner, n)| is_github_repository(owner, n));
+        if !valid {
+            return Err(Status::invalid_argument(format!("{:?} is not a GitHub repository (OWNER/NAME)", repo.name)));
+        }
+        let gate_name = if repo.gate_name.is_empty() { name.clone() } else { repo.gate_name };
+        let default_branch = (!repo.default_branch.is_empty()).then_some(repo.default_branch);
+        repositories.push(Repository { name, gate_name, default_branch });
+    }
+    let git_dirs: Vec<PathBuf> =
+        r.git_dirs.iter().map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d))).filter(|d| d.is_absolute()).collect();
+    Ok(RunDoor { run_id: r.run_id, workspace: r.workspace_id, mode: r.mode, uid: r.uid, repositories, git_dirs })
 }
 
 #[tonic::async_trait]
 impl Gateway for GatewayService {
-    async fn get_status(&self, _request: Request<GetStatusRequest>) -> Result<Response<GetStatusResponse>, Status> {
-        Ok(Response::new(GetStatusResponse { status: Some(self.context.status()) }))
+    async fn get_status(
+        &self,
+        _request: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        Ok(Response::new(pb::GetStatusResponse { status: Some(self.context.status()) }))
     }
-}
 
-pub fn service(context: &HelperContext) -> Result<GatewayServer<GatewayService>, std::convert::Infallible> {
-    Ok(GatewayServer::new(GatewayService { context: context.clone() }).max_decoding_message_size(MAX_MESSAGE_BYTES))
+    async fn register_run(
+        &self,
+        request: Request<pb::RegisterRunRequest>,
+    ) -> Result<Response<pb::RegisterRunResponse>, Status> {
+        only_the_supervisor(&request)?;
+        let door = run_door(request.into_inner())?;
+        let socket = self.doors.open(door).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(pb::RegisterRunResponse { socket: socket.as_os_str().as_bytes().to_vec() }))
+    }
+
+    async fn end_run(&self, request: Request<pb::EndRunRequest>) -> Result<Response<pb::EndRunResponse>, Status> {
+        only_the_supervisor(&request)?;
+        let run = request.into_inner().run_id;
+        check_run_id(&run)?;
+        self.doors.close(&run);
+        Ok(Response::new(pb::EndRunResponse {}))
+    }
 }

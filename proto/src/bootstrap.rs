@@ -34,6 +34,10 @@ pub struct Bootstrap {
     /// Helper-specific settings (sandboxd: "sandbox" = auto|native|off, "bwrap" = path).
     #[serde(default)]
     pub options: BTreeMap<String, String>,
+    /// Peer name → the secret this helper presents when it calls that peer's socket
+    /// (the gateway calls the broker).
+    #[serde(default)]
+    pub calls: BTreeMap<String, PeerSecret>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +94,7 @@ mod tests {
             peers: BTreeMap::from([("supervisor".to_owned(), PeerSecret::generate().unwrap())]),
             supervisor_pid: 1,
             options: BTreeMap::new(),
+            calls: BTreeMap::from([("gateway".to_owned(), PeerSecret::generate().unwrap())]),
         }
     }
 

@@ -98,6 +98,12 @@ impl DataDir {
     pub fn conversation_dir(&self, id: &str) -> PathBuf {
         self.conversations_dir().join(id)
     }
+    /// `gateway/runs/<run>`: the directory of the run's gateway sockets, bound into its
+    /// envelopes (the directory, so that a socket made again by a restarted gateway is
+    /// seen there). The run id is one we generated.
+    pub fn gateway_run_dir(&self, run: &str) -> PathBuf {
+        self.root.join("gateway").join("runs").join(run)
+    }
     /// `workspaces/<ws>/attachments`, read-only to agents.
     pub fn attachments_dir(&self, workspace: &str) -> PathBuf {
         self.root.join("workspaces").join(workspace).join("attachments")

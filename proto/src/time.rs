@@ -1,7 +1,7 @@
 //! The API's times are `google.protobuf.Timestamp`s; the store and the event log keep
 //! milliseconds since the Unix epoch. These convert between the two.
 
-use prost_types::Timestamp;
+pub use prost_types::Timestamp;
 
 /// The timestamp of a time in milliseconds since the Unix epoch.
 pub fn timestamp(unix_ms: i64) -> Timestamp {

@@ -25,6 +25,7 @@ const HELPER_START_WAIT: Duration = Duration::from_secs(5);
 
 pub type SandboxdClientWithSecret = SandboxdClient<InterceptedService<Channel, PresentSecret>>;
 pub type BrokerClientWithSecret = BrokerClient<InterceptedService<Channel, PresentSecret>>;
+pub type GatewayClientWithSecret = GatewayClient<InterceptedService<Channel, PresentSecret>>;
 
 pub struct HelperChannels {
     helpers: Arc<HelperSet>,
@@ -111,6 +112,24 @@ impl HelperChannels {
         let channel =
             self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), "broker"))?;
         Ok(BrokerClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
+    }
+
+    /// A client of the gateway, waiting for a (re)starting one like sandboxd's.
+    pub async fn gateway(&self) -> Result<GatewayClientWithSecret, Status> {
+        let helper = self.helpers.of(HelperKind::Gateway);
+        let unavailable = |message: String| reasons::helper_unavailable(message, "gateway");
+        let Some(pid) = helper.serving_pid_except(None, HELPER_START_WAIT).await else {
+            return Err(unavailable("the gateway is not serving".into()));
+        };
+        self.gateway_at(pid).await.map_err(|e| unavailable(e.message().to_owned()))
+    }
+
+    /// A client of the gateway process `pid`, whatever its state (its reconciliation).
+    pub async fn gateway_at(&self, pid: u32) -> Result<GatewayClientWithSecret, Status> {
+        let helper = self.helpers.of(HelperKind::Gateway);
+        let channel =
+            self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), "gateway"))?;
+        Ok(GatewayClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
     }
 
     /// A client of the sandboxd process `pid`, whatever its state: the supervisor's

@@ -14,6 +14,9 @@
 //! [sandbox]
 //! bwrap = "/usr/bin/bwrap"            # default: bwrap on PATH
 //!
+//! [gateway]
+//! github_url = "https://github.com"   # where the gateway forwards runs' fetches and pushes
+//!
 //! [gate]
 //! rules = "rules.toml"                # global rules; relative to this file
 //! approval_timeout_ms = 300000        # an ask unanswered this long is a deny
@@ -68,6 +71,8 @@ pub struct Config {
     pub helpers: BTreeMap<String, HelperConfig>,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub gateway: GatewayConfig,
     #[serde(default)]
     pub gate: GateConfig,
     #[serde(default)]
@@ -285,6 +290,19 @@ pub struct SandboxConfig {
     pub bwrap: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// GitHub's git host, where runs' fetches and pushes go (a stand-in in tests).
+    pub github_url: String,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self { github_url: "https://github.com".into() }
+    }
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         // The file names programs we run: only we (or root) may be able to change it.
@@ -309,6 +327,14 @@ impl Config {
         config.deadlines.check()?;
         if config.gate.approval_timeout_ms == 0 {
             return Err("[gate]: approval_timeout_ms must be positive".into());
+        }
+        let github = config.gateway.github_url.trim_end_matches('/');
+        let scheme_ok = github.starts_with("https://") || github.starts_with("http://");
+        if !scheme_ok || github.contains(['?', '#', ' ']) || github.split("://").nth(1).is_none_or(str::is_empty) {
+            return Err(format!(
+                "[gateway]: github_url {:?} must be an http(s) URL without query or fragment",
+                config.gateway.github_url
+            ));
         }
         let runs = &config.runs;
         if runs.bash_timeout_seconds == 0 || runs.bash_max_timeout_seconds < runs.bash_timeout_seconds {

@@ -185,6 +185,14 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     if let Some(credentials) = &config.credentials {
         broker_options.insert("credentials".to_owned(), credentials.to_toml());
     }
+    // The gateway calls the broker (tokens) and the supervisor's Gate (each pushed ref,
+    // which may wait for an approver): one secret for the broker's socket, made once so
+    // that either side may restart.
+    let gateway_secret = cc_proto::secret::PeerSecret::generate()?;
+    let mut gateway_options = std::collections::BTreeMap::new();
+    gateway_options.insert("github_url".to_owned(), config.gateway.github_url.trim_end_matches('/').to_owned());
+    let gate_wait = config.gate.approval_timeout_ms.saturating_add(config.deadlines.helper_call_ms);
+    gateway_options.insert("gate_deadline_ms".to_owned(), gate_wait.to_string());
     let launches = HelperKind::ALL
         .into_iter()
         .map(|kind| {
@@ -200,6 +208,14 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                 options: match kind {
                     HelperKind::Sandboxd => sandboxd_options.clone(),
                     HelperKind::Broker => broker_options.clone(),
+                    HelperKind::Gateway => gateway_options.clone(),
+                },
+                peers: match kind {
+                    HelperKind::Broker => [("gateway".to_owned(), gateway_secret.clone())].into(),
+                    _ => Default::default(),
+                },
+                calls: match kind {
+                    HelperKind::Gateway => [("broker".to_owned(), gateway_secret.clone())].into(),
                     _ => Default::default(),
                 },
             }
@@ -229,6 +245,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         restart: config.restart.clone(),
         log_format: options.log_format,
         timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
+        enveloped: probe.backend == Backend::Native,
     });
 
     // 8. Serve the client API: health, reflection, and one service per resource, every

@@ -75,6 +75,12 @@ pub struct HelperLaunch {
     pub socket: PathBuf,
     /// Passed in the bootstrap's `options`.
     pub options: std::collections::BTreeMap<String, String>,
+    /// Peers besides the supervisor that may call it, each with its secret (the
+    /// broker: the gateway). Made once per supervisor, so a restart of either side
+    /// keeps them matched.
+    pub peers: std::collections::BTreeMap<String, PeerSecret>,
+    /// The secret it presents to each peer it calls (the gateway: the broker's).
+    pub calls: std::collections::BTreeMap<String, PeerSecret>,
 }
 
 /// What the supervisor knows about a helper right now.
@@ -548,9 +554,10 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<GroupChild, Launc
         socket: launch.socket.clone(),
         data_dir: env.data_dir.clone(),
         log_format: env.log_format,
-        peers: [(SUPERVISOR_PEER.to_owned(), secret)].into(),
+        peers: launch.peers.clone().into_iter().chain([(SUPERVISOR_PEER.to_owned(), secret)]).collect(),
         supervisor_pid: std::process::id(),
         options: launch.options.clone(),
+        calls: launch.calls.clone(),
     };
     let timeouts = ProcessTimeouts { ready: env.policy.ready_timeout(), stop: env.policy.stop_timeout() };
     start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.kind.name(), ProcessStart::default())
@@ -726,6 +733,8 @@ mod tests {
             args: vec![],
             socket: PathBuf::from("sandboxd.sock"),
             options: Default::default(),
+            peers: Default::default(),
+            calls: Default::default(),
         };
         let snapshot = Snapshot { pid: None, state, restarts: 0, last_exit: None };
         let secret = Mutex::new(PeerSecret::generate().unwrap());

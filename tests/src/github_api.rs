@@ -83,6 +83,24 @@ impl GitHubApi {
         self.state.lock().unwrap().fail_revokes = n;
     }
 
+    /// How the stand-in git host decides (`git_host::GitHost::start`): a live token
+    /// of this API whose repositories include the repository (by name, as GitHub
+    /// lists an installation's) and whose `contents` permission allows the access.
+    pub fn git_access(&self) -> crate::git_host::Authorize {
+        let state = self.state.clone();
+        std::sync::Arc::new(move |secret: &str, repository: &str, access: crate::git_host::Access| {
+            let state = state.lock().unwrap();
+            let Some(token) = state.tokens.get(secret).filter(|t| !t.revoked) else { return false };
+            let name = repository.rsplit('/').next().unwrap_or(repository);
+            let contents = token.permissions.get("contents").and_then(|v| v.as_str());
+            let allowed = match access {
+                crate::git_host::Access::Read => matches!(contents, Some("read" | "write")),
+                crate::git_host::Access::Write => contents == Some("write"),
+            };
+            allowed && token.repositories.iter().any(|r| r == name)
+        })
+    }
+
     /// Whether a caller holding `secret` gets anything from the API.
     pub fn accepts(&self, secret: &str) -> bool {
         self.token(secret).is_some_and(|t| !t.revoked)

@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod fs;
+pub mod gateway_world;
+pub mod git_host;
 pub mod github_api;
 pub mod runs;
 pub mod sandbox;

@@ -67,6 +67,7 @@ impl Sandboxd {
             peers: [("supervisor".to_owned(), secret.clone())].into(),
             supervisor_pid: std::process::id(),
             options,
+            calls: Default::default(),
         };
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&bootstrap.to_json_line()).unwrap();

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod report;
 pub mod request;
 pub mod rewrite;
+pub mod route;
 
 /// A ref name git would accept (`git check-ref-format`), under `refs/`: what may be
 /// named in a command we forward or a status line we write.

@@ -8,38 +8,50 @@ use cc_proto::broker::v1 as bk;
 use cc_proto::common::v1::CredentialLease;
 use serde_json::json;
 
+use cc_gateway::git::rewrite::GITHUB_SPELLINGS;
+
+use super::git_gateway::GitHubRepo;
 use super::{LiveRun, RunError, RunManager};
 use crate::helpers::HelperKind;
 use crate::ids::RunId;
 use crate::registry::ConversationRecord;
 
-/// `OWNER/NAME` (lower case) of a GitHub remote URL, in any of git's spellings.
+/// `OWNER/NAME` (lower case) of a GitHub remote URL, in any of git's spellings (the
+/// ones the run's git config sends to the gateway).
 pub fn github_repository_of(url: &str) -> Option<String> {
-    let rest =
-        ["https://github.com/", "http://github.com/", "ssh://git@github.com/", "git://github.com/", "git@github.com:"]
-            .iter()
-            .find_map(|prefix| url.strip_prefix(prefix))?;
+    let rest = GITHUB_SPELLINGS.iter().find_map(|prefix| url.strip_prefix(prefix))?;
     let rest = rest.trim_end_matches('/');
     let rest = rest.strip_suffix(".git").unwrap_or(rest);
     crate::names::github_repository(rest).ok()
 }
 
-/// The GitHub repositories a run's read credential covers: the `origin` of each of
-/// the conversation's checkouts on GitHub, and the workspace's linked repositories.
-pub fn github_repositories(record: &ConversationRecord, linked: &[String]) -> Vec<String> {
-    let mut repositories: Vec<String> = record
+/// The GitHub repositories a run's read credential covers and its git may reach: the
+/// `origin` of each of the conversation's checkouts on GitHub (with the checkout's
+/// name for the gate, and origin's default branch when the checkout knows it), and
+/// the workspace's linked repositories.
+pub fn github_repositories(record: &ConversationRecord, linked: &[String]) -> Vec<GitHubRepo> {
+    let mut repositories: Vec<GitHubRepo> = record
         .repos
         .iter()
         .filter_map(|r| {
             let repo = git2::Repository::open(&r.source_path).ok()?;
             let remote = repo.find_remote("origin").ok()?;
-            let url = remote.url().ok()?.to_owned();
-            github_repository_of(&url)
+            let name = github_repository_of(remote.url().ok()?)?;
+            let default_branch = repo
+                .find_reference("refs/remotes/origin/HEAD")
+                .ok()
+                .and_then(|head| head.symbolic_target().ok().flatten().map(str::to_owned))
+                .and_then(|target| target.strip_prefix("refs/remotes/origin/").map(str::to_owned));
+            Some(GitHubRepo { name, gate_name: r.name.clone(), default_branch })
         })
-        .chain(linked.iter().cloned())
         .collect();
-    repositories.sort();
-    repositories.dedup();
+    for name in linked {
+        if !repositories.iter().any(|r| &r.name == name) {
+            repositories.push(GitHubRepo { name: name.clone(), gate_name: name.clone(), default_branch: None });
+        }
+    }
+    repositories.sort_by(|a, b| a.name.cmp(&b.name));
+    repositories.dedup_by(|a, b| a.name == b.name);
     repositories
 }
 
@@ -48,7 +60,7 @@ pub fn github_repositories(record: &ConversationRecord, linked: &[String]) -> Ve
 fn register_request(run: &LiveRun) -> bk::RegisterRunRequest {
     bk::RegisterRunRequest {
         run_id: run.record.id.clone(),
-        github_repositories: run.github_repositories.clone(),
+        github_repositories: run.github_repositories.iter().map(|r| r.name.clone()).collect(),
         deadline: None,
     }
 }
@@ -68,8 +80,8 @@ impl RunManager {
         match registered.await {
             Ok(response) => {
                 let r = response.into_inner();
-                let payload =
-                    json!({ "leases": r.leases.len(), "repositories": live.github_repositories, "note": r.note });
+                let names: Vec<&str> = live.github_repositories.iter().map(|r| r.name.as_str()).collect();
+                let payload = json!({ "leases": r.leases.len(), "repositories": names, "note": r.note });
                 self.env.events.record("credentials_issued", &subject, payload);
             }
             Err(status) => {

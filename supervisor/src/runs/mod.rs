@@ -14,6 +14,7 @@
 
 mod credentials;
 pub mod error;
+pub mod git_gateway;
 pub mod limits;
 pub mod record;
 mod runner;
@@ -98,9 +99,16 @@ pub struct LiveRun {
     runner: tokio::sync::watch::Receiver<RunnerSlot>,
     /// The conversation's first repository, the scope the gate sees.
     pub repo: Option<String>,
-    /// The GitHub repositories its read credential covers (its checkouts' origins on
-    /// GitHub and the workspace's linked repositories).
-    pub github_repositories: Vec<String>,
+    /// The GitHub repositories its read credential covers and its git reaches through
+    /// the gateway (its checkouts' origins on GitHub and the workspace's linked ones).
+    pub github_repositories: Vec<git_gateway::GitHubRepo>,
+    /// Who its envelopes run as: the gateway lets only this user in.
+    pub uid: u32,
+    pub gid: u32,
+    /// Its checkouts, where the gateway looks to tell a fast-forward from a force push.
+    pub git_dirs: Vec<PathBuf>,
+    /// Whether its envelopes reach the gateway (the bridge is in its policy).
+    gateway_bridged: std::sync::atomic::AtomicBool,
     stop: Mutex<Option<oneshot::Sender<StopRequest>>>,
     pub limits: limits::RunLimits,
     /// Its cgroup, while it has one (never without cgroup support); removed at its end.
@@ -137,6 +145,15 @@ impl Drop for OwnedCgroup {
 }
 
 impl LiveRun {
+    /// Whether the run's envelopes reach the gateway.
+    pub fn gateway_bridged(&self) -> bool {
+        self.gateway_bridged.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set_gateway_bridged(&self, bridged: bool) {
+        self.gateway_bridged.store(bridged, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The run's cgroup, if it has one.
     pub fn cgroup(&self) -> Option<RunCgroup> {
         self.cgroup.get()
@@ -212,6 +229,8 @@ pub struct RunEnv {
     pub log_format: LogFormat,
     /// For the runner's handshake and its stop.
     pub timeouts: ProcessTimeouts,
+    /// Runs' commands run in envelopes, whose only way out is their bridges.
+    pub enveloped: bool,
 }
 
 pub struct RunManager {
@@ -225,12 +244,15 @@ fn now() -> i64 {
 
 /// The policy sandboxd builds every envelope of the run from.
 /// `runner_socket_dir`: where the run's runner listens (it must exist), for the
-/// runner's envelope; `None` when no runner is started (explain). `config.path`: what
-/// sandboxd adds to PATH after the system's program directories.
+/// runner's envelope; `None` when no runner is started (explain). `git_gateway`: the
+/// run's gateway socket, bridged with the run's git config pointing at it (its
+/// directory must exist; the socket may come later). `config.path`: what sandboxd adds
+/// to PATH after the system's program directories.
 pub fn sandbox_policy(
     run_id: &str,
     paths: &RunPaths,
     runner_socket_dir: Option<&Path>,
+    git_gateway: Option<&Path>,
     config: &RunsConfig,
     limits: sb::EnvelopeLimits,
 ) -> sb::RunPolicy {
@@ -238,6 +260,11 @@ pub fn sandbox_policy(
     if !config.path.is_empty() {
         let joined: Vec<String> = config.path.iter().map(|p| p.to_string_lossy().into_owned()).collect();
         env.insert("PATH".to_owned(), joined.join(":"));
+    }
+    let mut bridges = vec![];
+    if let Some(socket) = git_gateway {
+        env.insert("GIT_CONFIG_GLOBAL".to_owned(), git_gateway::gitconfig_inside());
+        bridges.push(sb::Bridge { port: git_gateway::GIT_GATEWAY_PORT.into(), socket: path_bytes(socket) });
     }
     sb::RunPolicy {
         run_id: run_id.to_owned(),
@@ -248,7 +275,7 @@ pub fn sandbox_policy(
         work_dir: path_bytes(&paths.work_dir),
         write_deny: paths.write_deny.iter().map(|p| path_bytes(p)).collect(),
         env,
-        bridges: vec![],
+        bridges,
         runner_socket_dir: runner_socket_dir.map(path_bytes).unwrap_or_default(),
         shared_git: paths
             .shared_git
@@ -393,6 +420,8 @@ impl RunManager {
                     &run.conversation,
                     &RunId::from_wire(run.id.as_str()),
                 ));
+                // And its gateway directory (socket and git config).
+                let _ = std::fs::remove_dir_all(env.data.gateway_run_dir(&run.id));
                 let reason = "the supervisor stopped while the run was live";
                 if env.store.end_run(&run.id, RunState::Failed, now(), reason).is_ok() {
                     env.events.record(
@@ -414,6 +443,8 @@ impl RunManager {
         // every other run (one that ended while it was down, or before a crash), and
         // each live run is registered with it again.
         manager.reconcile(HelperKind::Broker, |manager, pid| Box::pin(async move { manager.sync_broker(pid).await }));
+        // Every new gateway process is told every live run, and serves its socket again.
+        manager.reconcile(HelperKind::Gateway, |manager, pid| Box::pin(async move { manager.sync_gateway(pid).await }));
         manager
     }
 
@@ -570,6 +601,9 @@ impl RunManager {
         let socket_dir = socket.parent().map(Path::to_owned).unwrap_or_default();
         make_socket_dir(&socket_dir)
             .map_err(|e| RunError::Internal(format!("cannot make {}: {e}", socket_dir.display())))?;
+        // Who the run's envelopes run as: the service user as root, else us.
+        let run_user = ServiceUser::when_root()
+            .map_or_else(|| (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw()), |u| (u.uid, u.gid));
         if let Some(user) = ServiceUser::when_root() {
             let (data, conversation, agent) = (self.env.data.clone(), record.id.clone(), request.agent.clone());
             tokio::task::spawn_blocking(move || hand_to_service_user(&data, &conversation, &agent, user))
@@ -591,9 +625,22 @@ impl RunManager {
         let envelope_limits = envelope_limits(&limits, cgroup.as_ref());
         let cgroup = OwnedCgroup(Mutex::new(cgroup));
 
+        // The run's git front door: its directory now (sandboxd binds it), its socket
+        // when the gateway is told the run below; and the git config pointing there.
+        let gateway_dir = self.env.data.gateway_run_dir(&id);
+        let gateway_socket = gateway_dir.join(git_gateway::GIT_SOCKET);
+        tokio::task::spawn_blocking(move || {
+            git_gateway::make_gateway_dir(&gateway_dir)?;
+            git_gateway::write_gitconfig(&gateway_dir)
+        })
+        .await
+        .map_err(|e| RunError::Internal(e.to_string()))?
+        .map_err(|e| RunError::Internal(format!("cannot set up the run's git gateway: {e}")))?;
+
         let channels = self.env.channels.clone();
         let mut sandboxd = channels.sandboxd().await?;
-        let policy = sandbox_policy(&id, &paths, Some(&socket_dir), &self.env.config, envelope_limits);
+        let policy =
+            sandbox_policy(&id, &paths, Some(&socket_dir), Some(&gateway_socket), &self.env.config, envelope_limits);
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) });
         channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // runner_roots has checked that the run's paths are UTF-8.
@@ -626,13 +673,19 @@ impl RunManager {
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             github_repositories,
+            uid: run_user.0,
+            gid: run_user.1,
+            git_dirs: record.repos.iter().map(|r| r.path.clone()).collect(),
+            gateway_bridged: Default::default(),
             stop: Mutex::new(Some(stop_tx)),
             limits,
             cgroup,
         });
         self.lock().insert(run_id.clone(), live.clone());
-        // Before the runner exists, so nothing of the run runs without its credential.
+        // Before the runner exists, so nothing of the run runs without its credential
+        // or its git front door.
         self.register_credentials(&live).await;
+        self.register_gateway(&live).await;
         self.env.events.record(
             "run_started",
             &format!("run:{id}"),
@@ -711,7 +764,8 @@ impl RunManager {
             }
             Err(_) => 0,
         };
-        // Nothing of the run runs any more: its credentials go.
+        // Nothing of the run runs any more: its door closes and its credentials go.
+        self.end_gateway(id).await;
         self.end_credentials(id).await;
         if let Some(live) = &live {
             // Whatever of the run sandboxd did not know (the runner's own children).

@@ -158,6 +158,7 @@ impl RunManager {
                 ("run".to_owned(), id.to_owned()),
                 ("home".to_owned(), home.clone()),
             ]),
+            calls: Default::default(),
         };
         if let Ok(filter) = std::env::var("CC_LOG") {
             bootstrap.options.insert("log".to_owned(), filter);

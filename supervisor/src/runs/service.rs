@@ -27,6 +27,7 @@ impl RunsService {
     fn to_proto(&self, r: RunRecord) -> pb::Run {
         let live = self.manager.live_run(&RunId::from_wire(r.id.as_str()));
         let runner_pid = live.as_ref().map_or(0, |l| l.runner_pid());
+        let git_gateway_bridged = live.as_ref().is_some_and(|l| l.gateway_bridged());
         let resources = live.map(|l| {
             let usage = l.cgroup().map(|c| c.usage()).unwrap_or_default();
             pb::RunResources {
@@ -54,6 +55,8 @@ impl RunsService {
             tools,
             workspace_id: r.workspace,
             resources,
+            git_gateway_bridged,
+            git_gateway_port: if git_gateway_bridged { crate::runs::git_gateway::GIT_GATEWAY_PORT.into() } else { 0 },
         }
     }
 }

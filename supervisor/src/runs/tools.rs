@@ -185,6 +185,9 @@ impl RunManager {
             tool: Some(described.tool.to_owned()),
             command_line: described.command_line.clone(),
             egress: false,
+            // In an envelope a push leaves only through the gateway, which asks the gate
+            // about each ref as it really is (force and deletion included).
+            pushes_through_gateway: self.env.enveloped && run.gateway_bridged(),
         };
         let quiet = action.effects.is_empty() && action.command_line.is_none();
         // What a denial names when no single effect's own verdict decided (the command

@@ -168,6 +168,7 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
         "ended_unix_ms": cc_proto::time::unix_ms(r.end_time.as_ref()), "end_reason": r.end_reason, "tools": r.tools,
         "work_dir": lossy(&r.work_dir),
         "resources": super::limits::resources_json(r.resources.as_ref()),
+        "git_gateway_bridged": r.git_gateway_bridged, "git_gateway_port": r.git_gateway_port,
     })
 }
 
@@ -185,6 +186,11 @@ fn print_run(r: &pb::Run) {
     );
     if let Some(resources) = &r.resources {
         println!("  {}", super::limits::resources_line(resources));
+        if r.git_gateway_bridged {
+            println!("  git gateway: bridged as 127.0.0.1:{} (GitHub remotes go through it)", r.git_gateway_port);
+        } else {
+            println!("  git gateway: not bridged (the gateway has not been told this run yet; see ccctl helpers)");
+        }
     }
 }
 

@@ -1,0 +1,150 @@
+//! A run's git front door. Every envelope of the run reaches the gateway's socket for
+//! the run as `127.0.0.1:GIT_GATEWAY_PORT`, and the run's git config sends every
+//! GitHub remote there. The config lives beside the socket, in the run's gateway
+//! directory, which every envelope of the run shows read-only (the agent's config dir
+//! is not in the harness bash's envelope, which shows its working directory alone). The gateway keeps
+//! nothing of its own: each live run is registered when it starts and again whenever
+//! a gateway process starts; a run's end closes its door.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use cc_proto::gateway::v1 as gw;
+use serde_json::json;
+
+use super::{LiveRun, RunManager};
+use crate::helpers::HelperKind;
+
+/// The loopback port of the gateway inside a run's envelopes.
+pub const GIT_GATEWAY_PORT: u16 = 41418;
+
+/// The gateway's socket in the run's gateway directory.
+pub const GIT_SOCKET: &str = "git.sock";
+
+/// The run's git config, in its gateway directory.
+pub const GITCONFIG_NAME: &str = "gitconfig";
+
+/// Where sandboxd shows a bridge's directory inside an envelope (`/run/cc/bridges/PORT`).
+pub fn gitconfig_inside() -> String {
+    format!("/run/cc/bridges/{GIT_GATEWAY_PORT}/{GITCONFIG_NAME}")
+}
+
+/// A GitHub repository of a run, as the gateway and the gate see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitHubRepo {
+    /// `owner/name`, lower case.
+    pub name: String,
+    /// The registered repository's name for a checkout's origin; `owner/name` for a
+    /// repository linked to the workspace.
+    pub gate_name: String,
+    pub default_branch: Option<String>,
+}
+
+/// Writes the run's git config into its gateway directory. Replaced whole, never
+/// edited in place.
+pub fn write_gitconfig(gateway_dir: &Path) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let text = cc_gateway::git::rewrite::run_gitconfig(GIT_GATEWAY_PORT).map_err(std::io::Error::other)?;
+    let path = gateway_dir.join(GITCONFIG_NAME);
+    let mut file = tempfile::NamedTempFile::new_in(gateway_dir)?;
+    file.write_all(text.as_bytes())?;
+    // Readable by the run's user (the service user, as root), written by us alone.
+    file.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    file.persist(&path).map_err(|e| e.error)?;
+    Ok(path)
+}
+
+/// The run's gateway directory, made (searchable by the run's user, not listable) so
+/// that sandboxd can bind it before the gateway has made its socket there.
+pub fn make_gateway_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    let mut ancestor = Some(dir);
+    for _ in 0..3 {
+        if let Some(d) = ancestor {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
+            ancestor = d.parent();
+        }
+    }
+    Ok(())
+}
+
+fn register_request(run: &LiveRun) -> gw::RegisterRunRequest {
+    gw::RegisterRunRequest {
+        run_id: run.record.id.clone(),
+        workspace_id: run.record.workspace.clone(),
+        mode: crate::gate::wire::mode(run.record.mode) as i32,
+        uid: run.uid,
+        gid: run.gid,
+        repositories: run
+            .github_repositories
+            .iter()
+            .map(|r| gw::GitRepository {
+                name: r.name.clone(),
+                gate_name: r.gate_name.clone(),
+                default_branch: r.default_branch.clone().unwrap_or_default(),
+            })
+            .collect(),
+        git_dirs: run.git_dirs.iter().map(|d| d.as_os_str().as_bytes().to_vec()).collect(),
+    }
+}
+
+impl RunManager {
+    /// Opens the run's door. A gateway that is down does not stop the run: its git
+    /// cannot reach GitHub until the gateway is back and has been told the run again.
+    pub(super) async fn register_gateway(&self, live: &LiveRun) {
+        let channels = &self.env.channels;
+        let registered = async {
+            let mut gateway = channels.gateway().await?;
+            let call = gateway.register_run(register_request(live));
+            channels.within(HelperKind::Gateway, "RegisterRun", call).await
+        };
+        match registered.await {
+            Ok(_) => live.set_gateway_bridged(true),
+            Err(status) => {
+                let payload = json!({ "error": status.message(), "then": "registered when the gateway next starts" });
+                self.env.events.record("git_gateway_unavailable", &format!("run:{}", live.record.id), payload);
+            }
+        }
+    }
+
+    /// Closes the run's door and every connection through it.
+    pub(super) async fn end_gateway(&self, run_id: &str) {
+        let channels = &self.env.channels;
+        let ended = async {
+            let mut gateway = channels.gateway().await?;
+            let call = gateway.end_run(gw::EndRunRequest { run_id: run_id.to_owned() });
+            channels.within(HelperKind::Gateway, "EndRun", call).await
+        };
+        if let Err(status) = ended.await {
+            tracing::warn!(run = run_id, error = %status.message(), "cannot close the run's git door now");
+        }
+        let _ = std::fs::remove_dir_all(self.env.data.gateway_run_dir(run_id));
+    }
+
+    /// A gateway process started: every live run is registered with it again.
+    pub(super) async fn sync_gateway(&self, pid: u32) {
+        let live: Vec<std::sync::Arc<LiveRun>> = self.lock().values().cloned().collect();
+        let channels = &self.env.channels;
+        let mut failed = 0;
+        for run in &live {
+            let register = async {
+                let mut gateway = channels.gateway_at(pid).await?;
+                let call = gateway.register_run(register_request(run));
+                channels.within(HelperKind::Gateway, "RegisterRun", call).await
+            };
+            if let Err(status) = register.await {
+                run.set_gateway_bridged(false);
+                failed += 1;
+                tracing::warn!(run = %run.record.id, error = %status.message(), "cannot register the run with the gateway again");
+            } else {
+                run.set_gateway_bridged(true);
+            }
+        }
+        if !live.is_empty() {
+            let payload = json!({ "runs": live.len(), "failed": failed });
+            self.env.events.record("git_gateway_synced", "helper:gateway", payload);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Issue 20: a run's git reaches GitHub only through the gateway, which adds every
+//! credential on the way out and asks the gate about each pushed ref. Real git inside
+//! a real run's envelope, a real `git http-backend` upstream authorizing each request
+//! against tokens of the stand-in GitHub API (`tests/src/gateway_world.rs`).
+
+use std::time::Duration;
+
+use cc_tests::eventually;
+use cc_tests::gateway_world::GatewayWorld;
+use cc_tests::runs::text;
+use nix::sys::signal::Signal;
+
+fn must(out: &std::process::Output, what: &str) -> String {
+    let (stdout, stderr) = text(out);
+    assert!(out.status.success(), "{what}: exit {:?}\n{stdout}\n{stderr}", out.status.code());
+    stdout
+}
+
+#[test]
+fn every_pushed_ref_is_decided_by_the_gate_and_only_allowed_refs_land() {
+    if !cc_tests::privileged("running git in a run's envelope") {
+        return;
+    }
+    let w = GatewayWorld::new();
+    let run = w.start_run();
+    let show = text(&w.sup.ccctl(&["run", "show", &run])).0;
+    assert!(show.contains("git gateway: bridged as 127.0.0.1:41418"), "{show}");
+
+    // Fetch, then a branch of the agent's: it lands upstream.
+    must(&w.bash(&run, "git fetch origin && git rev-parse origin/main"), "fetch");
+    let out = w.bash(&run, "git switch -qc feature && echo x > f && git add f && git commit -qm f && git push origin feature 2>&1 && git rev-parse HEAD");
+    let stdout = must(&out, "push feature");
+    let pushed = stdout.lines().last().unwrap().to_owned();
+    assert_eq!(w.upstream_ref("feature").as_deref(), Some(pushed.as_str()));
+
+    // main is refused with git's own words and the gate's reason, in every spelling of
+    // the remote; upstream main does not move.
+    for remote in ["origin", "git@github.com:octo/project.git", "ssh://git@github.com/octo/project.git"] {
+        let out = w.bash(&run, &format!("git push {remote} feature:main"));
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{remote}: {stderr}");
+        assert!(
+            stderr.contains(
+                "! [remote rejected] feature -> main (Control Center policy: pushes to main go through a pull request)"
+            ),
+            "{remote}: {stderr}"
+        );
+        assert_eq!(w.upstream_ref("main").as_deref(), Some(w.main.as_str()), "{remote}");
+    }
+
+    // --atomic with one refused ref lands nothing; without it, the allowed ref lands.
+    let out = w.bash(&run, "git branch -q feature2 && git push --atomic origin feature2 feature:main");
+    assert!(!out.status.success());
+    assert_eq!(w.upstream_ref("feature2"), None, "an atomic push with a refused ref landed: {}", text(&out).1);
+    let out = w.bash(&run, "git push origin feature2 feature:main");
+    assert!(!out.status.success());
+    assert!(w.upstream_ref("feature2").is_some(), "a mixed push's allowed ref did not land: {}", text(&out).1);
+
+    // A force push, a tag, and deleting main follow their rules; deleting a branch of
+    // the agent's is allowed.
+    let out = w.bash(&run, "git push -f origin HEAD~1:feature");
+    assert!(text(&out).1.contains("Control Center policy: history is not rewritten"), "{}", text(&out).1);
+    assert_eq!(w.upstream_ref("feature").as_deref(), Some(pushed.as_str()));
+    let out = w.bash(&run, "git tag v1 && git push origin v1");
+    assert!(text(&out).1.contains("Control Center policy: tags are made by the release job"), "{}", text(&out).1);
+    assert_eq!(w.upstream_ref("refs/tags/v1"), None);
+    let out = w.bash(&run, "git push origin :main");
+    assert!(!out.status.success() && w.upstream_ref("main").is_some(), "{}", text(&out).1);
+    must(&w.bash(&run, "git push origin :feature2"), "delete a branch of the agent's");
+    assert_eq!(w.upstream_ref("feature2"), None);
+
+    // A repository that is neither the origin nor linked is refused, fetch and push.
+    let out = w.bash(&run, "git push https://github.com/octo/other.git feature");
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success() && stderr.contains("octo/other is neither the origin"), "{stderr}");
+    assert!(cc_tests::gateway_world::upstream_ref(&w.tmp.path().join("upstream/octo/other.git"), "feature").is_none());
+
+    // An upstream pre-receive hook that declines: its words reach the agent unchanged.
+    let hook = w.upstream.join("hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\necho 'upstream policy: commits must be signed'\nexit 1\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = w.bash(&run, "git push origin feature:feature3");
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("remote: upstream policy: commits must be signed"), "{stderr}");
+    assert!(stderr.contains("pre-receive hook declined"), "{stderr}");
+    std::fs::remove_file(&hook).unwrap();
+
+    // Every write token was revoked once its push was done; the read token is the one
+    // live token, and it goes with the run.
+    let live = w.api.live_tokens();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].permissions["contents"], "read");
+    assert!(w.api.issued() > 5, "each push had its own write token");
+    // Each ref the gateway asked about is a gate decision on record, the refusals too.
+    let events = text(&w.sup.ccctl(&["--json", "events"])).0;
+    assert!(events.contains("git push: update refs/heads/main on octo/project"), "{events}");
+    assert!(events.contains("git push: force-update refs/heads/feature on octo/project"), "{events}");
+    assert!(w.sup.ccctl(&["run", "stop", &run]).status.success());
+    assert!(w.api.live_tokens().is_empty(), "a token outlived the run");
+
+    // The main job, `ccctl exec`, goes through the same door.
+    let checkout = w.tmp.path().join("checkout");
+    let exec = |refspec: &str| {
+        let script = format!(
+            "git -c user.name=a -c user.email=a@example.invalid commit -q --allow-empty -m x && git push origin {refspec}"
+        );
+        let repo = checkout.to_str().unwrap();
+        w.sup.ccctl(&["exec", "--repo", repo, "--worktree-backend", "copy", "--", "sh", "-c", &script])
+    };
+    let out = exec("HEAD:main");
+    let (_, stderr) = text(&out);
+    let refused = "[remote rejected] HEAD -> main (Control Center policy: pushes to main go through a pull request)";
+    assert!(!out.status.success() && stderr.contains(refused), "{stderr}");
+    assert_eq!(w.upstream_ref("main").as_deref(), Some(w.main.as_str()));
+    must(&exec("HEAD:from-exec"), "exec's push of a branch");
+    assert!(w.upstream_ref("from-exec").is_some());
+    assert!(w.api.live_tokens().is_empty(), "a token outlived the exec's run");
+}
+
+/// The agent tries to get round the gateway. The envelope has no network of its own
+/// and the agent no credential, so nothing it finds can fetch or push upstream.
+#[test]
+fn the_agent_cannot_get_round_the_gateway() {
+    if !cc_tests::privileged("running git in a run's envelope") {
+        return;
+    }
+    let w = GatewayWorld::new();
+    let run = w.start_run();
+    let upstream_url = format!("{}/octo/project.git", w.host.base());
+    must(&w.bash(&run, "git switch -qc feature && echo x > f && git add f && git commit -qm f"), "commit");
+    let refused_before = w.host.refused();
+
+    // A pushurl straight to the upstream, a longer insteadOf, and curl: no route out.
+    let out = w.bash(&run, &format!("git config remote.origin.pushurl {upstream_url} && git push origin feature:main"));
+    assert!(!out.status.success(), "{}", text(&out).1);
+    let out = w.bash(
+        &run,
+        &format!("git config --unset remote.origin.pushurl; git -c url.{}/.insteadOf=https://github.com/ push origin feature:main", w.host.base()),
+    );
+    assert!(!out.status.success(), "{}", text(&out).1);
+    let out = w.bash(&run, &format!("curl -sS -m 5 {upstream_url}/info/refs?service=git-receive-pack"));
+    assert!(!out.status.success(), "curl reached upstream: {}", text(&out).0);
+    assert_eq!(w.upstream_ref("main").as_deref(), Some(w.main.as_str()));
+
+    // git credential fill has nothing to give, and no token is anywhere it can read.
+    let out = w.bash(&run, "printf 'protocol=https\\nhost=github.com\\n\\n' | git credential fill; echo status=$?");
+    assert!(!text(&out).0.contains("password="), "{}", text(&out).0);
+    let out = w.bash(
+        &run,
+        "env; for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$e\"; done 2>/dev/null; \
+         grep -rIl -e 'ghs_' \"$HOME\" . /tmp /run /etc 2>/dev/null | sed 's/^/FOUND:/'; echo searched",
+    );
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("searched") && !stdout.contains("ghs_") && !stdout.contains("FOUND:"), "{stdout}");
+
+    // The bridge itself only ever answers what the gate allows: a hand-made push of
+    // main to the gateway is refused like git's.
+    let out = w.bash(&run, "git push http://127.0.0.1:41418/octo/project.git feature:main");
+    assert!(text(&out).1.contains("Control Center policy: pushes to main"), "{}", text(&out).1);
+    assert_eq!(w.upstream_ref("main").as_deref(), Some(w.main.as_str()));
+    assert_eq!(w.host.refused(), refused_before, "nothing reached upstream without a token");
+}
+
+/// Kill -9 the gateway mid-run: it is started again, told the run again, and the
+/// run's next push works through the same bridge.
+#[test]
+fn a_killed_gateway_comes_back_and_the_runs_next_push_works() {
+    if !cc_tests::privileged("running git in a run's envelope") {
+        return;
+    }
+    let w = GatewayWorld::new();
+    let run = w.start_run();
+    must(&w.bash(&run, "git switch -qc feature && echo x > f && git add f && git commit -qm f"), "commit");
+    let gateway = w.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(10), "a new gateway serves the run", || {
+        w.sup.helper_pids().into_iter().any(|(n, pid)| n == "gateway" && pid != gateway)
+            && text(&w.sup.ccctl(&["--json", "events"])).0.contains("git_gateway_synced")
+    });
+    must(&w.bash(&run, "git push origin feature"), "push after the gateway's restart");
+    assert!(w.upstream_ref("feature").is_some());
+    assert!(w.sup.ccctl(&["run", "stop", &run]).status.success());
+    assert!(w.api.live_tokens().is_empty());
+}
