@@ -20,6 +20,11 @@ fi
 ./target/release/cc-bench runs "$srt"
 ./target/release/cc-bench load
 if [ "$(id -u)" = 0 ]; then
+  ./target/release/cc-bench git
+else
+  echo "cc-bench git skipped: it runs git in envelopes as the service user and needs root"
+fi
+if [ "$(id -u)" = 0 ]; then
   ./target/release/cc-bench limits
 else
   echo "cc-bench limits skipped: it makes cgroups of its own and needs root (or a delegated cgroup)"

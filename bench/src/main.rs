@@ -13,6 +13,8 @@
 //!   the status call while one run sits at its process or memory limit.
 //! * `load`: read, write and bash under 20 live runs' load, and the time from a kill
 //!   -9 of sandboxd until every run's bash works again.
+//! * `git`: a 100 MB push and fetch through the git gateway vs straight to the same
+//!   upstream, the gateway's peak memory, and the latency a push that sends nothing adds.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -25,6 +27,7 @@ use cc_proto::supervisor::v1 as pb;
 
 mod corpus;
 mod gate;
+mod git;
 mod limits;
 mod load;
 mod neighbours;
@@ -42,7 +45,10 @@ fn main() -> anyhow::Result<()> {
         "runs" => runs::run(std::env::args().nth(2)),
         "limits" => limits::run().and_then(|()| neighbours::run()),
         "load" => load::run(),
-        other => bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load)"),
+        "git" => git::run(),
+        other => {
+            bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git)")
+        }
     }
 }
 

@@ -13,4 +13,4 @@ pub mod secret;
 mod service;
 pub mod static_tokens;
 
-pub use service::{BrokerService, SPEC, StartError, service};
+pub use service::{BrokerService, SPEC, StartError, broker, service};

@@ -57,6 +57,12 @@ fn leases_path(context: &HelperContext) -> Result<PathBuf, StartError> {
 }
 
 pub fn service(context: &HelperContext) -> Result<BrokerServer<BrokerService>, StartError> {
+    Ok(BrokerServer::new(broker(context)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// The broker's service itself, for [`service`] and for tests that call its methods
+/// as a given peer.
+pub fn broker(context: &HelperContext) -> Result<BrokerService, StartError> {
     let config = context.bootstrap.options.get("credentials").map(String::as_str);
     let provider = crate::config::provider(config, &context.bootstrap.data_dir)?;
     match &provider {
@@ -69,8 +75,7 @@ pub fn service(context: &HelperContext) -> Result<BrokerServer<BrokerService>, S
     }
     let store = LeaseStore::open(&leases_path(context)?)?;
     let state = Arc::new(State { store: Mutex::new(store), provider, retrier: OnceLock::new() });
-    Ok(BrokerServer::new(BrokerService { context: context.clone(), state })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES))
+    Ok(BrokerService { context: context.clone(), state })
 }
 
 fn only_the_supervisor<T>(request: &Request<T>) -> Result<(), Status> {

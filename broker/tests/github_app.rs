@@ -166,3 +166,98 @@ async fn wrong_keys_scopes_and_deadlines_are_refused() {
     assert_eq!(issued.expires_at, Some(soon));
     assert!(!format!("{issued:?}").contains(issued.secret.expose()));
 }
+
+/// The broker's token RPCs, called as each peer: the read token goes to the gateway
+/// and the supervisor; write tokens (one repository of the run, contents:write) only
+/// to the gateway, each its own lease, revoked on request and at the run's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_go_only_to_the_peers_that_may_ask_and_write_tokens_are_leases() {
+    use cc_proto::auth::Caller;
+    use cc_proto::broker::v1 as pb;
+    use cc_proto::broker::v1::broker_server::Broker;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (private, public) = key_pair(dir.path());
+    let api = stand_in(public).await;
+    let credentials = format!(
+        "provider = \"github-app\"\n[github_app]\napp_id = \"{APP_ID}\"\ninstallation_id = {INSTALLATION}\n\
+         private_key = \"{}\"\napi_base = \"{}\"\n",
+        private.display(),
+        api.base()
+    );
+    let context = cc_proto::helper::HelperContext {
+        bootstrap: cc_proto::bootstrap::Bootstrap {
+            name: "broker".into(),
+            socket: dir.path().join("broker.sock"),
+            data_dir: dir.path().to_owned(),
+            log_format: cc_proto::logging::LogFormat::Text,
+            peers: Default::default(),
+            supervisor_pid: 0,
+            options: [("credentials".to_owned(), credentials)].into(),
+            calls: Default::default(),
+        },
+        started_unix_ms: 0,
+    };
+    let broker = cc_broker::broker(&context).unwrap();
+    fn as_peer<T>(peer: &str, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.extensions_mut().insert(Caller { uid: 0, peer: Some(peer.to_owned()) });
+        request
+    }
+    let read = |peer: &str| as_peer(peer, pb::GetReadTokenRequest { run_id: "r1".into() });
+    let write = |peer: &str, repository: &str| {
+        as_peer(peer, pb::IssueWriteTokenRequest { run_id: "r1".into(), repository: repository.into() })
+    };
+
+    // No run yet: nothing to give.
+    let err = broker.get_read_token(read("gateway")).await.unwrap_err();
+    assert!(err.message().contains("holds no live credential"), "{}", err.message());
+    let register = pb::RegisterRunRequest {
+        run_id: "r1".into(),
+        github_repositories: vec!["octo/project".into()],
+        deadline: None,
+    };
+    broker.register_run(as_peer("supervisor", register)).await.unwrap();
+
+    let from_gateway = broker.get_read_token(read("gateway")).await.unwrap().into_inner();
+    let from_supervisor = broker.get_read_token(read("supervisor")).await.unwrap().into_inner();
+    assert_eq!(from_gateway.token, from_supervisor.token);
+    assert_eq!(api.token(&from_gateway.token).unwrap().permissions["contents"], "read");
+    let err = broker.get_read_token(read("runner")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+
+    // Write tokens: the gateway's alone, one repository of the run's.
+    assert_eq!(
+        broker.issue_write_token(write("supervisor", "octo/project")).await.unwrap_err().code(),
+        tonic::Code::PermissionDenied
+    );
+    let err = broker.issue_write_token(write("gateway", "octo/other")).await.unwrap_err();
+    assert!(err.message().contains("octo/other is not a repository of run r1"), "{}", err.message());
+    let first = broker.issue_write_token(write("gateway", "Octo/Project")).await.unwrap().into_inner();
+    let granted = api.token(&first.token).unwrap();
+    assert_eq!(
+        (granted.repositories.as_slice(), granted.permissions["contents"].as_str()),
+        (&["project".to_owned()][..], Some("write"))
+    );
+    assert_eq!(granted.permissions.len(), 1, "a write token may do nothing else");
+    let revoke = pb::RevokeWriteTokenRequest { run_id: "r1".into(), lease_id: first.lease_id };
+    let done = broker.revoke_write_token(as_peer("gateway", revoke.clone())).await.unwrap().into_inner();
+    assert_eq!(done.revocation.unwrap().outcome, pb::RevocationOutcome::Revoked as i32);
+    assert!(api.token(&first.token).unwrap().revoked);
+    // Revoking again is not an error; a lease of another kind or run is not found.
+    broker.revoke_write_token(as_peer("gateway", revoke)).await.unwrap();
+    let read_lease = pb::RevokeWriteTokenRequest { run_id: "r1".into(), lease_id: from_gateway.lease_id };
+    assert_eq!(
+        broker.revoke_write_token(as_peer("gateway", read_lease)).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+
+    // A write token the gateway never revoked goes with the run.
+    let second = broker.issue_write_token(write("gateway", "octo/project")).await.unwrap().into_inner();
+    broker.end_run(as_peer("supervisor", pb::EndRunRequest { run_id: "r1".into() })).await.unwrap();
+    assert!(api.token(&second.token).unwrap().revoked && api.live_tokens().is_empty());
+    let leases =
+        broker.list_leases(as_peer("supervisor", pb::ListLeasesRequest { run_id: "r1".into() })).await.unwrap();
+    let kinds: Vec<String> = leases.into_inner().leases.into_iter().map(|l| l.kind).collect();
+    assert_eq!(kinds, ["read", "write", "write"]);
+}

@@ -78,6 +78,16 @@ impl GitHubApi {
         self.state.lock().unwrap().tokens.len()
     }
 
+    /// A token issued outside the App flow (for a benchmark's direct baseline).
+    pub fn grant(&self, repositories: &[&str], contents: &str) -> String {
+        let token = new_token();
+        let mut permissions = serde_json::Map::new();
+        permissions.insert("contents".into(), contents.into());
+        let repositories = repositories.iter().map(|r| (*r).to_owned()).collect();
+        self.state.lock().unwrap().tokens.insert(token.clone(), Token { repositories, permissions, revoked: false });
+        token
+    }
+
     /// The next `n` revokes answer 502, as in an outage.
     pub fn fail_revokes(&self, n: u32) {
         self.state.lock().unwrap().fail_revokes = n;

@@ -182,3 +182,121 @@ fn a_killed_gateway_comes_back_and_the_runs_next_push_works() {
     assert!(w.sup.ccctl(&["run", "stop", &run]).status.success());
     assert!(w.api.live_tokens().is_empty());
 }
+
+/// One raw HTTP/1.1 request on the run's gateway socket (as the tests' uid, which the
+/// gateway lets in like its own); `send_all`: false stops after `body`'s bytes although
+/// `Content-Length` promised `declared`. Returns the status line and the body.
+fn raw(socket: &std::path::Path, path: &str, body: &[u8], declared: usize) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/x-git-receive-pack-request\r\n\
+         Content-Length: {declared}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    if body.len() < declared {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (status, rest) = answer.split_once("\r\n").unwrap_or((&answer, ""));
+    let body = rest.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status.to_owned(), body.to_owned())
+}
+
+fn pkt(line: &str) -> Vec<u8> {
+    format!("{:04x}{line}", line.len() + 4).into_bytes()
+}
+
+/// Bad input on the wire, straight to the run's socket: each gets one line or git's
+/// own report, nothing lands upstream, no write token outlives it, and the gateway
+/// keeps serving.
+#[test]
+fn bad_pushes_on_the_wire_are_refused_and_nothing_lands() {
+    if !cc_tests::privileged("running a run's gateway as root") {
+        return;
+    }
+    let w = GatewayWorld::new();
+    let run = w.start_run();
+    let socket = w.sup.data_dir.join(format!("gateway/runs/{run}/git.sock"));
+    let push = "/octo/project.git/git-receive-pack";
+    let zero = "0".repeat(40);
+    let command = |name: &str| pkt(&format!("{zero} {} {name}\0report-status side-band-64k\n", w.main));
+
+    for (body, words) in [
+        (b"zzzz".to_vec(), "a malformed push"),
+        (b"ffff".to_vec(), "a malformed push"),
+        (b"0003".to_vec(), "a malformed push"),
+        (pkt("not a command\n"), "a malformed push"),
+        (pkt(&format!("{zero} {} refs/heads/a..b\0report-status\n", w.main)), "a malformed push"),
+        (pkt("push-cert\0report-status\n"), "signed"),
+        (command("refs/heads/half")[..20].to_vec(), "ended before its commands were complete"),
+    ] {
+        let (status, text) = raw(&socket, push, &body, body.len());
+        assert!(status.contains(" 400 "), "{body:?}: {status} {text}");
+        assert!(
+            text.starts_with("cc-gateway: ") && text.contains(words) && text.trim_end().lines().count() == 1,
+            "{body:?}: {text}"
+        );
+    }
+    // Ten thousand and one commands.
+    let mut many = command("refs/heads/b0");
+    many.extend((1..=10_001).flat_map(|i| pkt(&format!("{zero} {} refs/heads/b{i}\n", w.main))));
+    let (status, text) = raw(&socket, push, &many, many.len());
+    assert!(status.contains(" 400 ") && text.contains("more than 10000 refs"), "{status} {text}");
+
+    // A truncated pack: upstream cannot unpack it, git's report says so, nothing lands.
+    let mut truncated = command("refs/heads/truncated");
+    truncated.extend_from_slice(b"0000PACK\0\0\0\x02\0\0\0\x03garbage");
+    let (status, text) = raw(&socket, push, &truncated, truncated.len());
+    assert!(status.contains(" 200 ") && text.contains("unpack") && !text.contains("unpack ok"), "{status} {text:?}");
+    // A client that stops mid-pack (its Content-Length promised more).
+    let mut stopped = command("refs/heads/stopped");
+    stopped.extend_from_slice(b"0000PACK\0\0\0\x02\0\0\0\x03");
+    let _ = raw(&socket, push, &stopped, 10 << 20);
+    // Paths that are not git's smart protocol.
+    for path in ["/octo/project.git/HEAD", "/octo/project.git/objects/info/packs", "/../../etc/passwd/git-receive-pack"]
+    {
+        let (status, text) = raw(&socket, path, b"", 0);
+        assert!(status.contains(" 404 ") && text.starts_with("cc-gateway: "), "{path}: {status} {text}");
+    }
+
+    assert_eq!(w.upstream_ref("truncated"), None);
+    assert_eq!(w.upstream_ref("stopped"), None);
+    eventually(Duration::from_secs(10), "every write token is revoked", || w.api.live_tokens().len() == 1);
+    // And the door still works.
+    must(
+        &w.bash(&run, "git switch -qc after && git commit -q --allow-empty -m a && git push origin after"),
+        "push after",
+    );
+    assert!(w.upstream_ref("after").is_some());
+}
+
+/// A 200 MB push streams through: the gateway's peak memory stays far below the pack.
+#[test]
+fn a_200_mb_push_streams_through_the_gateway_in_bounded_memory() {
+    if !cc_tests::privileged("running git in a run's envelope") {
+        return;
+    }
+    let w = GatewayWorld::new();
+    let run = w.start_run();
+    let out = w.bash(
+        &run,
+        "git switch -qc big && head -c 200000000 /dev/urandom > big.bin && git add big.bin && git commit -qm big \
+         && git push -q origin big && git rev-parse HEAD",
+    );
+    let pushed = must(&out, "the 200 MB push").lines().last().unwrap().to_owned();
+    assert_eq!(w.upstream_ref("big").as_deref(), Some(pushed.as_str()));
+    let gateway = w.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    let status = std::fs::read_to_string(format!("/proc/{gateway}/status")).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap();
+    assert!(peak_kib < 64 * 1024, "the gateway's peak RSS was {peak_kib} KiB during a 200 MB push");
+    eprintln!("gateway peak RSS during a 200 MB push: {peak_kib} KiB");
+}
