@@ -5,7 +5,7 @@
 set -euo pipefail
 seconds="${1:-60}"
 here="$(cd "$(dirname "$0")" && pwd)"
-mkdir -p "$here/corpus/receive_request" "$here/corpus/report_status"
+mkdir -p "$here/corpus/receive_request" "$here/corpus/report_status" "$here/corpus/route"
 # Seeds: a push head with two refs, push options and a pack; reports with and without
 # side-band.
 python3 - "$here/corpus" <<'PY'
@@ -19,9 +19,11 @@ open(sys.argv[1] + "/receive_request/seed", "wb").write(head + pkt(b"ci.skip") +
 report = pkt(b"unpack ok\n") + pkt(b"ok refs/heads/main\n") + pkt(b"ng refs/heads/x no\n") + b"0000"
 open(sys.argv[1] + "/report_status/plain", "wb").write(report)
 open(sys.argv[1] + "/report_status/side-band", "wb").write(pkt(b"\x02progress\n") + pkt(b"\x01" + report) + b"0000")
+open(sys.argv[1] + "/route/advertise", "wb").write(b"GET\n/octo/project.git/info/refs\nservice=git-receive-pack")
+open(sys.argv[1] + "/route/push", "wb").write(b"POST\n/octo/project/git-receive-pack\n")
 PY
 cd "$here/../.."
-for target in receive_request report_status; do
+for target in receive_request report_status route; do
     RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir gateway/fuzz "$target" \
         "gateway/fuzz/corpus/$target" -- -max_total_time="$seconds" -max_len=8192 -timeout=10
 done

@@ -18,9 +18,6 @@ fn must(out: &std::process::Output, what: &str) -> String {
 
 #[test]
 fn every_pushed_ref_is_decided_by_the_gate_and_only_allowed_refs_land() {
-    if !cc_tests::privileged("running git in a run's envelope") {
-        return;
-    }
     let w = GatewayWorld::new();
     let run = w.start_run();
     let show = text(&w.sup.ccctl(&["run", "show", &run])).0;
@@ -121,9 +118,6 @@ fn every_pushed_ref_is_decided_by_the_gate_and_only_allowed_refs_land() {
 /// and the agent no credential, so nothing it finds can fetch or push upstream.
 #[test]
 fn the_agent_cannot_get_round_the_gateway() {
-    if !cc_tests::privileged("running git in a run's envelope") {
-        return;
-    }
     let w = GatewayWorld::new();
     let run = w.start_run();
     let upstream_url = format!("{}/octo/project.git", w.host.base());
@@ -165,9 +159,6 @@ fn the_agent_cannot_get_round_the_gateway() {
 /// run's next push works through the same bridge.
 #[test]
 fn a_killed_gateway_comes_back_and_the_runs_next_push_works() {
-    if !cc_tests::privileged("running git in a run's envelope") {
-        return;
-    }
     let w = GatewayWorld::new();
     let run = w.start_run();
     must(&w.bash(&run, "git switch -qc feature && echo x > f && git add f && git commit -qm f"), "commit");
@@ -216,9 +207,6 @@ fn pkt(line: &str) -> Vec<u8> {
 /// keeps serving.
 #[test]
 fn bad_pushes_on_the_wire_are_refused_and_nothing_lands() {
-    if !cc_tests::privileged("running a run's gateway as root") {
-        return;
-    }
     let w = GatewayWorld::new();
     let run = w.start_run();
     let socket = w.sup.data_dir.join(format!("gateway/runs/{run}/git.sock"));
@@ -278,9 +266,6 @@ fn bad_pushes_on_the_wire_are_refused_and_nothing_lands() {
 /// A 200 MB push streams through: the gateway's peak memory stays far below the pack.
 #[test]
 fn a_200_mb_push_streams_through_the_gateway_in_bounded_memory() {
-    if !cc_tests::privileged("running git in a run's envelope") {
-        return;
-    }
     let w = GatewayWorld::new();
     let run = w.start_run();
     let out = w.bash(

@@ -143,6 +143,11 @@ impl RunManager {
             if let Err(status) = register.await {
                 tracing::warn!(run = %run.record.id, error = %status.message(), "cannot register the run with the broker again");
             }
+            // A run that ended while it was registered again must not keep what this
+            // issued it: its own end may have reached the broker first.
+            if !self.lock().contains_key(&run.run_id) {
+                self.end_credentials(&run.record.id).await;
+            }
         }
     }
 

@@ -141,6 +141,10 @@ impl RunManager {
             } else {
                 run.set_gateway_bridged(true);
             }
+            // A run that ended meanwhile: its door must not stay open.
+            if !self.lock().contains_key(&run.run_id) {
+                self.end_gateway(&run.record.id).await;
+            }
         }
         if !live.is_empty() {
             let payload = json!({ "runs": live.len(), "failed": failed });
