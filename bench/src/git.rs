@@ -106,32 +106,15 @@ pub fn run() -> anyhow::Result<()> {
     let checkout = root.join("checkout");
     let host_clone = root.join("host-clone");
     for dir in [&checkout, &host_clone] {
-        let status = Command::new("git").args(["clone", "-q"]).arg(&upstream).arg(dir).status()?;
-        if !status.success() {
-            bail!("git clone failed");
-        }
-    }
-    let set_origin = Command::new("git")
-        .arg("-C")
-        .arg(&checkout)
-        .args(["remote", "set-url", "origin", "https://github.com/octo/project.git"])
-        .status()?;
-    if !set_origin.success() {
-        bail!("git remote set-url failed");
+        git(&root, &["clone", "-q", path_str(&upstream)?, path_str(dir)?])?;
+        git(dir, &["remote", "set-url", "origin", "https://github.com/octo/project.git"])?;
     }
     let direct_config = root.join("direct.gitconfig");
+    let upstream_host = host.base().trim_start_matches("http://").to_owned();
     std::fs::write(
         &direct_config,
-        format!("[url \"http://x-access-token:{token}@{}/\"]\n\tinsteadOf = https://github.com/\n", &host.base()[7..]),
+        format!("[url \"http://x-access-token:{token}@{upstream_host}/\"]\n\tinsteadOf = https://github.com/\n"),
     )?;
-    let set_direct = Command::new("git")
-        .arg("-C")
-        .arg(&host_clone)
-        .args(["remote", "set-url", "origin", "https://github.com/octo/project.git"])
-        .status()?;
-    if !set_direct.success() {
-        bail!("git remote set-url failed");
-    }
 
     // A supervisor whose broker uses the App and whose gateway forwards to the upstream.
     let data = root.join("d0");
@@ -181,6 +164,14 @@ pub fn run() -> anyhow::Result<()> {
         "no-op push: added latency {:.1} ms (median), target < 20 ms",
         (t.median.as_secs_f64() - d.median.as_secs_f64()) * 1000.0
     );
+    Ok(())
+}
+
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let status = Command::new("git").arg("-C").arg(dir).args(args).status()?;
+    if !status.success() {
+        bail!("git {args:?} failed in {}", dir.display());
+    }
     Ok(())
 }
 

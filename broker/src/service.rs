@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use cc_proto::auth::Caller;
+use cc_proto::auth::require_peer;
 use cc_proto::broker::v1 as pb;
 use cc_proto::broker::v1::broker_server::{Broker, BrokerServer};
 use cc_proto::common::v1::CredentialLease;
@@ -79,19 +79,7 @@ pub fn broker(context: &HelperContext) -> Result<BrokerService, StartError> {
 }
 
 fn only_the_supervisor<T>(request: &Request<T>) -> Result<(), Status> {
-    only(request, &["supervisor"])
-}
-
-/// Refuses a caller whose peer secret is not one of `peers`'.
-fn only<T>(request: &Request<T>, peers: &[&str]) -> Result<(), Status> {
-    match request.extensions().get::<Caller>().and_then(|c| c.peer.as_deref()) {
-        Some(peer) if peers.contains(&peer) => Ok(()),
-        other => Err(Status::permission_denied(format!(
-            "only the {} may call this (the caller is {})",
-            peers.join(" or the "),
-            other.unwrap_or("unknown")
-        ))),
-    }
+    require_peer(request, &["supervisor"])
 }
 
 fn stamp(t: SystemTime) -> cc_proto::time::Timestamp {
@@ -146,7 +134,14 @@ impl State {
             .map_err(internal)?
             .into_iter()
             .find(|l| l.kind == Kind::Read && l.revoked_at.is_none())
-            .ok_or_else(|| Status::failed_precondition(format!("run {run} holds no live credential")))?;
+            .ok_or_else(|| {
+                cc_proto::reasons::refusal(
+                    tonic::Code::FailedPrecondition,
+                    format!("run {run} holds no live credential"),
+                    cc_proto::reasons::NO_CREDENTIAL,
+                    &[("run_id", run.to_owned())],
+                )
+            })?;
         let secret = store
             .secret(lease.id)
             .map_err(internal)?
@@ -288,7 +283,7 @@ impl Broker for BrokerService {
         &self,
         request: Request<pb::GetReadTokenRequest>,
     ) -> Result<Response<pb::GetReadTokenResponse>, Status> {
-        only(&request, &["gateway", "supervisor"])?;
+        require_peer(&request, &["gateway", "supervisor"])?;
         let (lease, secret) = self.state.read_lease(&request.into_inner().run_id)?;
         Ok(Response::new(pb::GetReadTokenResponse {
             token: secret.expose().to_owned(),
@@ -301,7 +296,7 @@ impl Broker for BrokerService {
         &self,
         request: Request<pb::IssueWriteTokenRequest>,
     ) -> Result<Response<pb::IssueWriteTokenResponse>, Status> {
-        only(&request, &["gateway"])?;
+        require_peer(&request, &["gateway"])?;
         self.state.ensure_retrier();
         let r = request.into_inner();
         let (read, _) = self.state.read_lease(&r.run_id)?;
@@ -344,7 +339,7 @@ impl Broker for BrokerService {
         &self,
         request: Request<pb::RevokeWriteTokenRequest>,
     ) -> Result<Response<pb::RevokeWriteTokenResponse>, Status> {
-        only(&request, &["gateway"])?;
+        require_peer(&request, &["gateway"])?;
         self.state.ensure_retrier();
         let r = request.into_inner();
         let lease = self

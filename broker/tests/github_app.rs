@@ -211,7 +211,8 @@ async fn tokens_go_only_to_the_peers_that_may_ask_and_write_tokens_are_leases() 
 
     // No run yet: nothing to give.
     let err = broker.get_read_token(read("gateway")).await.unwrap_err();
-    assert!(err.message().contains("holds no live credential"), "{}", err.message());
+    let reason = cc_proto::reasons::reason_of(&err).map(|(reason, _)| reason);
+    assert_eq!(reason.as_deref(), Some(cc_proto::reasons::NO_CREDENTIAL), "{}", err.message());
     let register = pb::RegisterRunRequest {
         run_id: "r1".into(),
         github_repositories: vec!["octo/project".into()],

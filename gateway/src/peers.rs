@@ -37,7 +37,7 @@ pub enum PeerError {
     #[error("the {peer} did not answer {what} within {after:?}")]
     Timeout { peer: &'static str, what: &'static str, after: Duration },
     #[error("the {peer} refused {what}: {message}")]
-    Refused { peer: &'static str, what: &'static str, message: String },
+    Refused { peer: &'static str, what: &'static str, message: String, reason: Option<String> },
 }
 
 pub struct Peers {
@@ -102,7 +102,8 @@ impl Peers {
                 if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) {
                     forget();
                 }
-                Err(PeerError::Refused { peer, what, message: status.message().to_owned() })
+                let reason = cc_proto::reasons::reason_of(&status).map(|(reason, _)| reason);
+                Err(PeerError::Refused { peer, what, message: status.message().to_owned(), reason })
             }
             Err(_) => {
                 forget();

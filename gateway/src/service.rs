@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cc_proto::auth::Caller;
+use cc_proto::auth::require_peer;
 use cc_proto::gateway::v1 as pb;
 use cc_proto::gateway::v1::gateway_server::{Gateway, GatewayServer};
 use cc_proto::hardening::CapabilityPolicy;
@@ -79,13 +79,7 @@ fn make_searchable(dir: &std::path::Path) -> Result<(), StartError> {
 }
 
 fn only_the_supervisor<T>(request: &Request<T>) -> Result<(), Status> {
-    match request.extensions().get::<Caller>().and_then(|c| c.peer.as_deref()) {
-        Some("supervisor") => Ok(()),
-        other => Err(Status::permission_denied(format!(
-            "only the supervisor may call this (the caller is {})",
-            other.unwrap_or("unknown")
-        ))),
-    }
+    require_peer(request, &["supervisor"])
 }
 
 /// A run id is ours: `r` and hex digits. Anything else would name another directory.

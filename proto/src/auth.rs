@@ -78,6 +78,19 @@ impl PeerGuard {
     }
 }
 
+/// For a helper's handler: refuses a caller whose peer secret named none of `peers`
+/// (the guard has already checked that secret).
+pub fn require_peer<T>(request: &Request<T>, peers: &[&str]) -> Result<(), Status> {
+    match request.extensions().get::<Caller>().and_then(|c| c.peer.as_deref()) {
+        Some(peer) if peers.contains(&peer) => Ok(()),
+        other => Err(Status::permission_denied(format!(
+            "only the {} may call this (the caller is {})",
+            peers.join(" or the "),
+            other.unwrap_or("unknown")
+        ))),
+    }
+}
+
 impl tonic::service::Interceptor for PeerGuard {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let uid = request.extensions().get::<UdsConnectInfo>().and_then(|info| info.peer_cred).map(|cred| cred.uid());

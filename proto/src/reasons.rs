@@ -67,6 +67,11 @@ pub const HELPER_RESTARTING: &str = "HELPER_RESTARTING";
 /// been done; the supervisor restarts a helper that keeps missing its health checks.
 pub const HELPER_TIMEOUT: &str = "HELPER_TIMEOUT";
 
+/// The run holds no live credential (metadata `run_id`): no provider is configured, it
+/// names no GitHub repository, or its credentials were revoked. The gateway then
+/// fetches anonymously and refuses pushes.
+pub const NO_CREDENTIAL: &str = "NO_CREDENTIAL";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -88,6 +93,7 @@ pub const ALL: &[&str] = &[
     HELPER_UNAVAILABLE,
     HELPER_RESTARTING,
     HELPER_TIMEOUT,
+    NO_CREDENTIAL,
 ];
 
 /// A refusal with `reason` and its metadata.

@@ -95,50 +95,54 @@ impl HelperChannels {
         Ok(self.sandboxd_except(None).await?.0)
     }
 
-    /// A client of the broker, waiting for a (re)starting one like sandboxd's.
+    /// The pid of `kind`'s serving process, waiting for a (re)starting one as long as
+    /// a helper may take to start (as sandboxd's callers do).
+    async fn serving(&self, kind: HelperKind) -> Result<u32, Status> {
+        let helper = self.helpers.of(kind);
+        helper
+            .serving_pid_except(None, HELPER_START_WAIT)
+            .await
+            .ok_or_else(|| reasons::helper_unavailable(format!("the {} is not serving", kind.name()), kind.name()))
+    }
+
+    /// A channel to `kind`'s process `pid`, whatever its state (its reconciliation),
+    /// and the secret to present on it.
+    async fn authenticated(
+        &self,
+        kind: HelperKind,
+        pid: u32,
+    ) -> Result<InterceptedService<Channel, PresentSecret>, Status> {
+        let helper = self.helpers.of(kind);
+        let channel =
+            self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), kind.name()))?;
+        Ok(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret())))
+    }
+
+    /// A client of the broker, waiting for a (re)starting one.
     pub async fn broker(&self) -> Result<BrokerClientWithSecret, Status> {
-        let helper = self.helpers.of(HelperKind::Broker);
-        let unavailable = |message: String| reasons::helper_unavailable(message, "broker");
-        let Some(pid) = helper.serving_pid_except(None, HELPER_START_WAIT).await else {
-            return Err(unavailable("the broker is not serving".into()));
-        };
-        self.broker_at(pid).await.map_err(|e| unavailable(e.message().to_owned()))
+        self.broker_at(self.serving(HelperKind::Broker).await?).await
     }
 
     /// A client of the broker process `pid`, whatever its state: the supervisor's own
     /// reconciliation of a broker that is not yet serving calls.
     pub async fn broker_at(&self, pid: u32) -> Result<BrokerClientWithSecret, Status> {
-        let helper = self.helpers.of(HelperKind::Broker);
-        let channel =
-            self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), "broker"))?;
-        Ok(BrokerClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
+        Ok(BrokerClient::new(self.authenticated(HelperKind::Broker, pid).await?))
     }
 
-    /// A client of the gateway, waiting for a (re)starting one like sandboxd's.
+    /// A client of the gateway, waiting for a (re)starting one.
     pub async fn gateway(&self) -> Result<GatewayClientWithSecret, Status> {
-        let helper = self.helpers.of(HelperKind::Gateway);
-        let unavailable = |message: String| reasons::helper_unavailable(message, "gateway");
-        let Some(pid) = helper.serving_pid_except(None, HELPER_START_WAIT).await else {
-            return Err(unavailable("the gateway is not serving".into()));
-        };
-        self.gateway_at(pid).await.map_err(|e| unavailable(e.message().to_owned()))
+        self.gateway_at(self.serving(HelperKind::Gateway).await?).await
     }
 
     /// A client of the gateway process `pid`, whatever its state (its reconciliation).
     pub async fn gateway_at(&self, pid: u32) -> Result<GatewayClientWithSecret, Status> {
-        let helper = self.helpers.of(HelperKind::Gateway);
-        let channel =
-            self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), "gateway"))?;
-        Ok(GatewayClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
+        Ok(GatewayClient::new(self.authenticated(HelperKind::Gateway, pid).await?))
     }
 
     /// A client of the sandboxd process `pid`, whatever its state: the supervisor's
     /// own reconciliation of a process that is not yet serving calls.
     pub async fn sandboxd_at(&self, pid: u32) -> Result<SandboxdClientWithSecret, Status> {
-        let helper = self.helpers.of(HelperKind::Sandboxd);
-        let channel =
-            self.channel_to(helper, pid).await.map_err(|e| reasons::helper_unavailable(e.to_string(), "sandboxd"))?;
-        Ok(SandboxdClient::new(InterceptedService::new(channel, PresentSecret::new(SUPERVISOR_PEER, &helper.secret()))))
+        Ok(SandboxdClient::new(self.authenticated(HelperKind::Sandboxd, pid).await?))
     }
 
     /// A client of sandboxd and the pid it talks to; with `not`, of the process that

@@ -155,6 +155,24 @@ fn the_agent_cannot_get_round_the_gateway() {
     assert_eq!(w.host.refused(), refused_before, "nothing reached upstream without a token");
 }
 
+/// A run without a credential fetches anonymously; the upstream's refusal reaches
+/// git as one line, never as a password prompt, and a push is refused for want of a
+/// write token.
+#[test]
+fn a_run_without_a_credential_is_told_why_and_never_prompted() {
+    let w = GatewayWorld::with_credentials(false);
+    let run = w.start_run();
+    let out = w.bash(&run, "git fetch origin");
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("remote: cc-gateway: upstream answered HTTP 401: Authentication required"), "{stderr}");
+    let out = w.bash(&run, "git switch -qc feature && git commit -q --allow-empty -m x && git push origin feature");
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success() && stderr.contains("no write credential for octo/project"), "{stderr}");
+    assert!(stderr.contains("holds no live credential"), "{stderr}");
+    assert_eq!(w.upstream_ref("feature"), None);
+}
+
 /// Kill -9 the gateway mid-run: it is started again, told the run again, and the
 /// run's next push works through the same bridge.
 #[test]
@@ -251,6 +269,12 @@ fn bad_pushes_on_the_wire_are_refused_and_nothing_lands() {
         let (status, text) = raw(&socket, path, b"", 0);
         assert!(status.contains(" 404 ") && text.starts_with("cc-gateway: "), "{path}: {status} {text}");
     }
+
+    // A run that holds too many connections has the next one closed at once.
+    let held: Vec<_> = (0..32).map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap()).collect();
+    let (status, _) = raw(&socket, push, b"0000", 4);
+    assert_eq!(status, "", "a 33rd connection was served");
+    drop(held);
 
     assert_eq!(w.upstream_ref("truncated"), None);
     assert_eq!(w.upstream_ref("stopped"), None);

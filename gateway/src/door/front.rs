@@ -49,7 +49,7 @@ pub async fn handle(door: &RunDoor, shared: &Shared, request: Request<Incoming>)
 async fn fetch(door: &RunDoor, shared: &Shared, route: &Route, request: Request<Incoming>) -> Response<Body> {
     let token = match shared.peers.read_token(&door.run_id).await {
         Ok(token) => Some(token),
-        Err(PeerError::Refused { message, .. }) if message.contains("holds no live credential") => None,
+        Err(PeerError::Refused { reason: Some(reason), .. }) if reason == cc_proto::reasons::NO_CREDENTIAL => None,
         Err(e) => return refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("no read credential: {e}")),
     };
     let (parts, body) = request.into_parts();

@@ -27,6 +27,10 @@ use crate::peers::Peers;
 /// The socket's name in the run's gateway directory.
 pub const GIT_SOCKET: &str = "git.sock";
 
+/// Connections one run may hold open at once: git uses one or two; a run that opens
+/// thousands must not take the gateway's descriptors from every other run.
+pub const MAX_CONNECTIONS_PER_RUN: usize = 32;
+
 /// A GitHub repository a run may fetch from and push to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repository {
@@ -153,6 +157,7 @@ async fn serve(
     socket: PathBuf,
 ) {
     let ours = std::fs::metadata(&socket).map(|m| m.uid()).ok();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS_PER_RUN));
     loop {
         let accepted = tokio::select! {
             _ = stopped.changed() => return,
@@ -161,9 +166,15 @@ async fn serve(
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(e) => {
+                // Out of descriptors, most likely: wait a little rather than spin.
                 tracing::warn!(run = %door.run_id, error = %e, "cannot accept on the run's git socket");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(run = %door.run_id, limit = MAX_CONNECTIONS_PER_RUN, "refused a connection: the run holds too many");
+            continue;
         };
         // Only the run's own user (its envelopes) or ours may talk to the door.
         let peer = stream.peer_cred().ok().map(|c| c.uid());
@@ -173,6 +184,7 @@ async fn serve(
         }
         let (door, shared, mut stopped) = (door.clone(), shared.clone(), stopped.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |request| {
                 let (door, shared) = (door.clone(), shared.clone());
                 async move { Ok::<_, std::convert::Infallible>(front::handle(&door, &shared, request).await) }
