@@ -5,6 +5,7 @@
 //! [`git`] is the protocol as pure functions (fuzzed); [`door`] serves it.
 #![forbid(unsafe_code)]
 
+pub mod egress;
 pub mod git;
 
 #[cfg(feature = "service")]
