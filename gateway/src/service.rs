@@ -14,7 +14,7 @@ use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::paths::DataDir;
 use tonic::{Request, Response, Status};
 
-use crate::door::{Doors, Repository, RunDoor, Shared, Upstream};
+use crate::door::{DoorError, Doors, EgressConfig, Repository, RunDoor, Shared, Upstream};
 use crate::git::route::is_github_repository;
 use crate::peers::Peers;
 
@@ -108,7 +108,23 @@ fn run_door(r: pb::RegisterRunRequest) -> Result<RunDoor, Status> {
     }
     let git_dirs: Vec<PathBuf> =
         r.git_dirs.iter().map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d))).filter(|d| d.is_absolute()).collect();
-    Ok(RunDoor { run_id: r.run_id, workspace: r.workspace_id, mode: r.mode, uid: r.uid, repositories, git_dirs })
+    let egress = r.egress.unwrap_or_default();
+    let pairs = |list: Vec<pb::EgressEntry>| list.into_iter().map(|e| (e.entry, e.source)).collect();
+    let egress = EgressConfig {
+        network: egress.network,
+        allow: pairs(egress.allow),
+        deny: pairs(egress.deny),
+        resolve: egress.resolve.into_iter().map(|o| (o.host, o.addresses)).collect(),
+    };
+    Ok(RunDoor {
+        run_id: r.run_id,
+        workspace: r.workspace_id,
+        mode: r.mode,
+        uid: r.uid,
+        repositories,
+        git_dirs,
+        egress,
+    })
 }
 
 #[tonic::async_trait]
@@ -126,8 +142,16 @@ impl Gateway for GatewayService {
     ) -> Result<Response<pb::RegisterRunResponse>, Status> {
         only_the_supervisor(&request)?;
         let door = run_door(request.into_inner())?;
-        let socket = self.doors.open(door).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(pb::RegisterRunResponse { socket: socket.as_os_str().as_bytes().to_vec() }))
+        let sockets = self.doors.open(door).map_err(|e| match e {
+            DoorError::Egress(_) => Status::invalid_argument(e.to_string()),
+            e => Status::internal(e.to_string()),
+        })?;
+        let bytes = |p: &std::path::Path| p.as_os_str().as_bytes().to_vec();
+        Ok(Response::new(pb::RegisterRunResponse {
+            socket: bytes(&sockets.git),
+            http_proxy_socket: bytes(&sockets.http_proxy),
+            socks_socket: bytes(&sockets.socks),
+        }))
     }
 
     async fn end_run(&self, request: Request<pb::EndRunRequest>) -> Result<Response<pb::EndRunResponse>, Status> {

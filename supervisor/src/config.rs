@@ -17,6 +17,13 @@
 //! [gateway]
 //! github_url = "https://github.com"   # where the gateway forwards runs' fetches and pushes
 //!
+//! [egress]                            # what runs with --network on may reach, on top of the curated base
+//! registries = ["registry.example"]   # the package-registry group, which ships empty
+//! allow = ["docs.example.com", "*.cdn.example.net:443"]
+//! telemetry = ["telemetry.example"]   # always denied, whatever the allowlist says
+//! [egress.resolve]                    # like curl's --resolve: these names never go to DNS
+//! "api.internal.example" = ["10.0.0.7"]
+//!
 //! [gate]
 //! rules = "rules.toml"                # global rules; relative to this file
 //! approval_timeout_ms = 300000        # an ask unanswered this long is a deny
@@ -73,6 +80,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     #[serde(default)]
     pub gateway: GatewayConfig,
+    #[serde(default)]
+    pub egress: EgressConfig,
     #[serde(default)]
     pub gate: GateConfig,
     #[serde(default)]
@@ -297,6 +306,41 @@ pub struct GatewayConfig {
     pub github_url: String,
 }
 
+/// `[egress]`: the configuration's part of every run's network allowlist.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// The package-registry group of the curated base (ships empty).
+    pub registries: Vec<String>,
+    /// More entries for every run.
+    pub allow: Vec<String>,
+    /// Always denied, like the cloud metadata endpoints.
+    pub telemetry: Vec<String>,
+    /// Names resolved to these addresses instead of through DNS.
+    pub resolve: BTreeMap<String, Vec<String>>,
+}
+
+impl EgressConfig {
+    fn check(&self) -> Result<(), String> {
+        use cc_gateway::egress::allowlist::Entry;
+        for (key, list) in [("registries", &self.registries), ("allow", &self.allow), ("telemetry", &self.telemetry)] {
+            for entry in list {
+                Entry::parse(entry, key).map_err(|e| format!("[egress] {key}: {e}"))?;
+            }
+        }
+        for (host, addresses) in &self.resolve {
+            cc_gateway::egress::host::canonical(host).map_err(|e| format!("[egress.resolve] {host:?}: {e}"))?;
+            if addresses.is_empty() {
+                return Err(format!("[egress.resolve] {host:?}: name at least one address"));
+            }
+            if let Some(bad) = addresses.iter().find(|a| a.parse::<std::net::IpAddr>().is_err()) {
+                return Err(format!("[egress.resolve] {host:?}: {bad:?} is not an IP address"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for GatewayConfig {
     fn default() -> Self {
         Self { github_url: "https://github.com".into() }
@@ -328,6 +372,7 @@ impl Config {
         if config.gate.approval_timeout_ms == 0 {
             return Err("[gate]: approval_timeout_ms must be positive".into());
         }
+        config.egress.check()?;
         let github = config.gateway.github_url.trim_end_matches('/');
         let scheme_ok = github.starts_with("https://") || github.starts_with("http://");
         if !scheme_ok || github.contains(['?', '#', ' ']) || github.split("://").nth(1).is_none_or(str::is_empty) {

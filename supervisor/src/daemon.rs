@@ -246,6 +246,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         log_format: options.log_format,
         timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
         enveloped: probe.backend == Backend::Native,
+        egress: config.egress.clone(),
     });
 
     // 8. Serve the client API: health, reflection, and one service per resource, every

@@ -1,35 +1,44 @@
-//! Each run's git front door: one Unix socket per run, `gateway/runs/<run>/git.sock`
-//! under the data directory, serving git's smart HTTP. sandboxd binds the directory
-//! into the run's envelopes and our init bridges it to `127.0.0.1:<port>`, where the
-//! run's git config sends every GitHub remote.
+//! Each run's doors: three Unix sockets in `gateway/runs/<run>/` under the data
+//! directory. `git.sock` serves git's smart HTTP for the run's GitHub remotes;
+//! `http.sock` and `socks.sock` are its egress proxies. sandboxd binds the directory
+//! into the run's envelopes and our init bridges each socket to a `127.0.0.1` port.
 //!
 //! The gateway holds no state of its own about runs: the supervisor registers each
-//! live run, and again after the gateway restarts. A socket is made again at the same
-//! path; since the envelope binds the directory, not the socket, it sees the new one.
+//! live run, and again after the gateway restarts. Sockets are made again at the same
+//! paths; since the envelope binds the directory, not the sockets, it sees the new ones.
 
 mod front;
+mod proxy;
 mod push;
 mod upstream;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::TokioIo;
-use tokio::net::UnixListener;
-use tokio::sync::watch;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Semaphore, watch};
 
+pub use proxy::{EgressConfig, EgressRun};
 pub use upstream::Upstream;
 
 use crate::peers::Peers;
 
-/// The socket's name in the run's gateway directory.
+/// The git door's name in the run's gateway directory.
 pub const GIT_SOCKET: &str = "git.sock";
+/// The HTTP proxy's.
+pub const HTTP_PROXY_SOCKET: &str = "http.sock";
+/// The SOCKS5 proxy's.
+pub const SOCKS_SOCKET: &str = "socks.sock";
 
-/// Connections one run may hold open at once: git uses one or two; a run that opens
-/// thousands must not take the gateway's descriptors from every other run.
-pub const MAX_CONNECTIONS_PER_RUN: usize = 32;
+/// Connections one run may hold open to its git door at once: git uses one or two;
+/// a run that opens thousands must not take the gateway's descriptors from the others.
+pub const MAX_GIT_CONNECTIONS: usize = 32;
+/// Tunnels one run may hold open through its proxies at once; past it, 503.
+pub const MAX_TUNNELS: usize = 256;
 
 /// A GitHub repository a run may fetch from and push to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +60,7 @@ pub struct RunDoor {
     pub uid: u32,
     pub repositories: Vec<Repository>,
     pub git_dirs: Vec<PathBuf>,
+    pub egress: EgressConfig,
 }
 
 impl RunDoor {
@@ -73,12 +83,22 @@ pub enum DoorError {
     Socket(#[from] cc_proto::socket::SocketError),
     #[error("cannot open {path} to the run's user: {source}")]
     Permissions { path: String, source: std::io::Error },
+    #[error("the run's egress policy: {0}")]
+    Egress(String),
+}
+
+/// The sockets a run's doors serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sockets {
+    pub git: PathBuf,
+    pub http_proxy: PathBuf,
+    pub socks: PathBuf,
 }
 
 struct Open {
     door: Arc<RunDoor>,
-    socket: PathBuf,
-    /// Dropped to close the door and every connection through it.
+    sockets: Sockets,
+    /// Dropped to close the doors and every connection through them.
     _stop: watch::Sender<()>,
 }
 
@@ -98,42 +118,77 @@ impl Doors {
         self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Serves the run's socket, or keeps serving it when nothing changed. A run told
-    /// again with other repositories gets them from its next connection on.
-    pub fn open(&self, door: RunDoor) -> Result<PathBuf, DoorError> {
+    /// Serves the run's sockets, or keeps serving them when nothing changed. A run told
+    /// again with another policy gets it from its next connection on.
+    pub fn open(&self, door: RunDoor) -> Result<Sockets, DoorError> {
         let mut open = self.lock();
         if let Some(existing) = open.get(&door.run_id)
             && *existing.door == door
-            && existing.socket.exists()
+            && [&existing.sockets.git, &existing.sockets.http_proxy, &existing.sockets.socks].iter().all(|s| s.exists())
         {
-            return Ok(existing.socket.clone());
+            return Ok(existing.sockets.clone());
         }
+        let egress = Arc::new(EgressRun::new(&door).map_err(DoorError::Egress)?);
         open.remove(&door.run_id);
         let dir = self.runs_dir.join(&door.run_id);
-        let socket = dir.join(GIT_SOCKET);
-        let listener = bind(&dir, &socket, door.uid)?;
+        let sockets = Sockets {
+            git: dir.join(GIT_SOCKET),
+            http_proxy: dir.join(HTTP_PROXY_SOCKET),
+            socks: dir.join(SOCKS_SOCKET),
+        };
+        let (git, http, socks) = (
+            bind(&dir, &sockets.git, door.uid)?,
+            bind(&dir, &sockets.http_proxy, door.uid)?,
+            bind(&dir, &sockets.socks, door.uid)?,
+        );
         let (stop, stopped) = watch::channel(());
         let door = Arc::new(door);
-        tokio::spawn(serve(listener, door.clone(), self.shared.clone(), stopped, socket.clone()));
-        tracing::info!(run = %door.run_id, socket = %socket.display(), repositories = door.repositories.len(), "serving the run's git socket");
-        open.insert(door.run_id.clone(), Open { door, socket: socket.clone(), _stop: stop });
-        Ok(socket)
+        let ours = std::fs::metadata(&dir).map(|m| m.uid()).ok();
+        let allowed = Allowed { run: door.uid, ours };
+        let tunnels = Arc::new(Semaphore::new(MAX_TUNNELS));
+        {
+            let (door, shared) = (door.clone(), self.shared.clone());
+            let slots = Arc::new(Semaphore::new(MAX_GIT_CONNECTIONS));
+            let limit = (slots, proxy::too_many as fn(UnixStream));
+            tokio::spawn(accept(git, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                serve_git(stream, door.clone(), shared.clone())
+            }));
+        }
+        {
+            let (egress, shared) = (egress.clone(), self.shared.clone());
+            let limit = (tunnels.clone(), proxy::too_many as fn(UnixStream));
+            tokio::spawn(accept(http, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                proxy::http(stream, egress.clone(), shared.clone())
+            }));
+        }
+        {
+            let (egress, shared) = (egress.clone(), self.shared.clone());
+            let limit = (tunnels, drop as fn(UnixStream));
+            tokio::spawn(accept(socks, door.run_id.clone(), allowed, stopped, limit, move |stream| {
+                proxy::socks(stream, egress.clone(), shared.clone())
+            }));
+        }
+        tracing::info!(run = %door.run_id, dir = %dir.display(), repositories = door.repositories.len(), network = door.egress.network, "serving the run's doors");
+        open.insert(door.run_id.clone(), Open { door, sockets: sockets.clone(), _stop: stop });
+        Ok(sockets)
     }
 
-    /// Closes the run's socket and every connection on it; its directory goes too.
+    /// Closes the run's sockets and every connection on them; its directory goes too.
     pub fn close(&self, run: &str) {
         if let Some(open) = self.lock().remove(run) {
-            cc_proto::socket::remove_socket(&open.socket);
-            tracing::info!(run, "closed the run's git socket");
+            for socket in [&open.sockets.git, &open.sockets.http_proxy, &open.sockets.socks] {
+                cc_proto::socket::remove_socket(socket);
+            }
+            tracing::info!(run, "closed the run's doors");
         }
         let _ = std::fs::remove_dir(self.runs_dir.join(run));
     }
 }
 
-/// Binds the run's socket. When the run's user is not ours (a root supervisor runs
-/// agents as its service user, and the gateway keeps no capability to chown), the
+/// Binds one of the run's sockets. When the run's user is not ours (a root supervisor
+/// runs agents as its service user, and the gateway keeps no capability to chown), the
 /// directory is searchable and the socket open to all, and each connection's peer uid
-/// is checked instead ([`serve`]).
+/// is checked instead ([`accept`]).
 fn bind(dir: &Path, socket: &Path, uid: u32) -> Result<UnixListener, DoorError> {
     let made = |source| DoorError::Dir { path: dir.display().to_string(), source };
     std::fs::create_dir_all(dir).map_err(made)?;
@@ -149,15 +204,27 @@ fn bind(dir: &Path, socket: &Path, uid: u32) -> Result<UnixListener, DoorError> 
     Ok(listener)
 }
 
-async fn serve(
+/// Who may connect: the run's user (its envelopes) or ours.
+#[derive(Clone, Copy)]
+struct Allowed {
+    run: u32,
+    ours: Option<u32>,
+}
+
+/// Accepts connections from the run's user until the run's doors close, each served
+/// by `handle` while it holds one of `slots`; one past them is given to `full` (an
+/// HTTP 503, or closed) and dropped at once.
+async fn accept<F, Fut>(
     listener: UnixListener,
-    door: Arc<RunDoor>,
-    shared: Arc<Shared>,
+    run: String,
+    allowed: Allowed,
     mut stopped: watch::Receiver<()>,
-    socket: PathBuf,
-) {
-    let ours = std::fs::metadata(&socket).map(|m| m.uid()).ok();
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS_PER_RUN));
+    (slots, full): (Arc<Semaphore>, fn(UnixStream)),
+    handle: F,
+) where
+    F: Fn(UnixStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     loop {
         let accepted = tokio::select! {
             _ = stopped.changed() => return,
@@ -167,33 +234,37 @@ async fn serve(
             Ok((stream, _)) => stream,
             Err(e) => {
                 // Out of descriptors, most likely: wait a little rather than spin.
-                tracing::warn!(run = %door.run_id, error = %e, "cannot accept on the run's git socket");
+                tracing::warn!(run, error = %e, "cannot accept on a run's socket");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(run = %door.run_id, limit = MAX_CONNECTIONS_PER_RUN, "refused a connection: the run holds too many");
-            continue;
-        };
-        // Only the run's own user (its envelopes) or ours may talk to the door.
         let peer = stream.peer_cred().ok().map(|c| c.uid());
-        if peer.is_none() || (peer != Some(door.uid) && peer != ours) {
-            tracing::warn!(run = %door.run_id, peer_uid = ?peer, "refused a connection from another user");
+        if peer.is_none() || (peer != Some(allowed.run) && peer != allowed.ours) {
+            tracing::warn!(run, peer_uid = ?peer, "refused a connection from another user");
             continue;
         }
-        let (door, shared, mut stopped) = (door.clone(), shared.clone(), stopped.clone());
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(run, "refused a connection: the run holds too many");
+            full(stream);
+            continue;
+        };
+        let served = handle(stream);
+        let mut stopped = stopped.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let service = hyper::service::service_fn(move |request| {
-                let (door, shared) = (door.clone(), shared.clone());
-                async move { Ok::<_, std::convert::Infallible>(front::handle(&door, &shared, request).await) }
-            });
-            let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
-                _ = connection => {}
+                _ = served => {}
                 _ = stopped.changed() => {}
             }
         });
     }
+}
+
+async fn serve_git(stream: UnixStream, door: Arc<RunDoor>, shared: Arc<Shared>) {
+    let service = hyper::service::service_fn(move |request| {
+        let (door, shared) = (door.clone(), shared.clone());
+        async move { Ok::<_, std::convert::Infallible>(front::handle(&door, &shared, request).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
 }

@@ -21,7 +21,9 @@ pub enum RunError {
     BadRequest(String),
     #[error("unknown adapter {0:?}: only `harness` exists so far")]
     UnknownAdapter(String),
-    #[error("--network on needs the egress proxy, which does not exist yet: runs are network-off (the default)")]
+    #[error(
+        "--network on needs an envelope to hold the run to its proxies, and this host has none (sandbox backend none)"
+    )]
     NoEgress,
     /// The gate denied the call, by a rule, a default, the command policy or the mode.
     #[error("denied: {reason}")]

@@ -13,6 +13,7 @@
 //! runner's socket and records `run_ended` with the reason.
 
 mod credentials;
+pub mod egress;
 pub mod error;
 pub mod git_gateway;
 pub mod limits;
@@ -102,6 +103,8 @@ pub struct LiveRun {
     /// The GitHub repositories its read credential covers and its git reaches through
     /// the gateway (its checkouts' origins on GitHub and the workspace's linked ones).
     pub github_repositories: Vec<git_gateway::GitHubRepo>,
+    /// Its network, as the gateway's proxies hold it to (read once, at its start).
+    pub egress: cc_proto::gateway::v1::EgressPolicy,
     /// Who its envelopes run as: the gateway lets only this user in.
     pub uid: u32,
     pub gid: u32,
@@ -231,6 +234,8 @@ pub struct RunEnv {
     pub timeouts: ProcessTimeouts,
     /// Runs' commands run in envelopes, whose only way out is their bridges.
     pub enveloped: bool,
+    /// The configuration's part of runs' network allowlists.
+    pub egress: crate::config::EgressConfig,
 }
 
 pub struct RunManager {
@@ -265,6 +270,13 @@ pub fn sandbox_policy(
     if let Some(socket) = git_gateway {
         env.insert("GIT_CONFIG_GLOBAL".to_owned(), git_gateway::gitconfig_inside());
         bridges.push(sb::Bridge { port: git_gateway::GIT_GATEWAY_PORT.into(), socket: path_bytes(socket) });
+        // The egress proxies beside it: the run's only way out.
+        if let Some(dir) = socket.parent() {
+            egress::proxy_env(&mut env);
+            for (port, name) in [(egress::HTTP_PROXY_PORT, "http.sock"), (egress::SOCKS_PORT, "socks.sock")] {
+                bridges.push(sb::Bridge { port: port.into(), socket: path_bytes(&dir.join(name)) });
+            }
+        }
     }
     sb::RunPolicy {
         run_id: run_id.to_owned(),
@@ -567,8 +579,9 @@ impl RunManager {
         if request.adapter != "harness" {
             return Err(RunError::UnknownAdapter(request.adapter.chars().take(64).collect()));
         }
-        // The network rule is read once, here: a run never changes it.
-        if request.network {
+        // The network rule is read once, here: a run never changes it. Without an
+        // envelope there is nothing to hold a run to its proxies.
+        if request.network && !self.env.enveloped {
             return Err(RunError::NoEgress);
         }
         let limits = limits::RunLimits::from_config(&self.env.config.limits)
@@ -652,7 +665,7 @@ impl RunManager {
             agent: request.agent.clone(),
             mode: request.mode,
             adapter: request.adapter.clone(),
-            network: false,
+            network: request.network,
             state: RunState::Starting,
             work_dir: paths.work_dir.clone(),
             started_unix_ms: now(),
@@ -673,6 +686,7 @@ impl RunManager {
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             github_repositories,
+            egress: egress::gateway_policy(request.network, &self.env.egress),
             uid: run_user.0,
             gid: run_user.1,
             git_dirs: record.repos.iter().map(|r| r.path.clone()).collect(),
@@ -694,7 +708,7 @@ impl RunManager {
                 "agent": request.agent,
                 "mode": request.mode.as_str(),
                 "adapter": request.adapter,
-                "network": false,
+                "network": request.network,
                 "limits": self.env.enforcement.describe(),
             }),
         );

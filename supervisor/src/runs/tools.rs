@@ -184,7 +184,7 @@ impl RunManager {
             mode: run.record.mode,
             tool: Some(described.tool.to_owned()),
             command_line: described.command_line.clone(),
-            egress: false,
+            egress: run.record.network,
             // In an envelope a push leaves only through the gateway, which asks the gate
             // about each ref as it really is (force and deletion included).
             pushes_through_gateway: self.env.enveloped && run.gateway_bridged(),

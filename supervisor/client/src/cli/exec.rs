@@ -36,7 +36,7 @@ pub struct ExecArgs {
     repo: PathBuf,
     #[arg(long, value_enum, default_value = "chat")]
     mode: ModeArg,
-    /// `on` is refused until the egress proxy exists
+    /// `on`: through the run's proxies, to its allowlist (`[egress]`); needs an envelope
     #[arg(long, value_enum, default_value = "off")]
     network: Network,
     /// reflink (default; refuses a filesystem that cannot reflink), copy (a full byte

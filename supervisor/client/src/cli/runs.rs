@@ -46,7 +46,7 @@ pub enum RunAction {
         /// Only `harness` so far
         #[arg(long, default_value = "harness")]
         adapter: String,
-        /// `on` is refused until the egress proxy exists
+        /// `on`: through the run's proxies, to its allowlist (`[egress]`); needs an envelope
         #[arg(long, value_enum, default_value = "off")]
         network: Network,
         #[command(flatten)]

@@ -1,0 +1,349 @@
+//! A run's egress proxies: HTTP (CONNECT and absolute-form) and SOCKS5 (CONNECT).
+//! For each connection: read the request's head within a deadline, decide in the fixed
+//! order of [`crate::egress::decide`] (host, always-deny, allowlist), ask the gate
+//! `access_network` once per host for the run, resolve once, check every address, dial
+//! the checked addresses (never the name again), answer, then copy both ways with
+//! tokio's `copy_bidirectional`. Nothing reaches upstream before the decision.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cc_proto::common::v1::{Decision, EffectClass};
+use cc_proto::supervisor::v1 as sv;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+use super::{RunDoor, Shared};
+use crate::egress::allowlist::{Allowlist, Entry};
+use crate::egress::decide::{Denial, EgressPolicy, codes};
+use crate::egress::deny::DenyList;
+use crate::egress::host::{Host, canonical};
+use crate::egress::{http_request, socks};
+
+/// How long a client may take to send its request's head.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long a name may take to resolve, and an address to answer.
+const RESOLVE: Duration = Duration::from_secs(5);
+const DIAL: Duration = Duration::from_secs(10);
+
+/// Codes beyond the decision's own.
+const NETWORK_OFF: &str = "network_off";
+const GATE_DENIED: &str = "gate_denied";
+const UNREACHABLE: &str = "upstream_unreachable";
+
+/// A run's network as the supervisor gave it, comparable (a run told again with the
+/// same policy keeps its doors).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressConfig {
+    pub network: bool,
+    /// (entry, source)
+    pub allow: Vec<(String, String)>,
+    pub deny: Vec<(String, String)>,
+    /// (host, addresses), like curl's --resolve.
+    pub resolve: Vec<(String, Vec<String>)>,
+}
+
+/// A run's egress state: its policy, read once, and the gate's answers so far.
+pub struct EgressRun {
+    run_id: String,
+    workspace: String,
+    mode: i32,
+    network: bool,
+    policy: EgressPolicy,
+    resolve: HashMap<Host, Vec<IpAddr>>,
+    /// The gate's answer per host, for the run's life.
+    decided: Mutex<HashMap<Host, Result<(), String>>>,
+}
+
+impl EgressRun {
+    pub fn new(door: &RunDoor) -> Result<EgressRun, String> {
+        let entries = |list: &[(String, String)]| -> Result<Vec<Entry>, String> {
+            list.iter()
+                .map(|(entry, source)| Entry::parse(entry, source).map_err(|e| format!("{source}: {e}")))
+                .collect()
+        };
+        let egress = &door.egress;
+        let allow = if egress.network { Allowlist { entries: entries(&egress.allow)? } } else { Allowlist::default() };
+        let mut resolve = HashMap::new();
+        for (host, addresses) in &egress.resolve {
+            let host = canonical(host).map_err(|e| format!("resolve {host:?}: {e}"))?;
+            let addresses = addresses
+                .iter()
+                .map(|a| a.parse::<IpAddr>().map_err(|_| format!("resolve {host}: {a:?} is not an address")))
+                .collect::<Result<Vec<_>, _>>()?;
+            resolve.insert(host, addresses);
+        }
+        Ok(EgressRun {
+            run_id: door.run_id.clone(),
+            workspace: door.workspace.clone(),
+            mode: door.mode,
+            network: egress.network,
+            policy: EgressPolicy { deny: DenyList::new(entries(&egress.deny)?), allow },
+            resolve,
+            decided: Mutex::default(),
+        })
+    }
+
+    /// The decision, then the dial: a connection to a checked address, or why not.
+    async fn connect(&self, shared: &Shared, raw_host: &str, port: u16) -> Result<TcpStream, Denial> {
+        if !self.network {
+            return Err(denial(NETWORK_OFF, "this run's network is off (ccctl run start --network on)".into()));
+        }
+        let admitted = self.policy.admit(raw_host, port)?;
+        self.ask_gate(shared, &admitted.host, port).await?;
+        let resolved = match &admitted.host {
+            Host::Ip(ip) => vec![*ip],
+            Host::Name(name) => match self.resolve.get(&admitted.host) {
+                Some(addresses) => addresses.clone(),
+                None => resolve(name, port).await?,
+            },
+        };
+        let dial = self.policy.check_addresses(&admitted, &resolved, &own_addresses())?;
+        match tokio::time::timeout(DIAL, TcpStream::connect(&dial[..])).await {
+            Ok(Ok(stream)) => {
+                tracing::info!(run = %self.run_id, host = %admitted.host, port, rule = %admitted.rule, "egress allowed");
+                Ok(stream)
+            }
+            Ok(Err(e)) => Err(denial(UNREACHABLE, format!("{}:{port} cannot be reached: {e}", admitted.host))),
+            Err(_) => Err(denial(UNREACHABLE, format!("{}:{port} did not answer within {DIAL:?}", admitted.host))),
+        }
+    }
+
+    /// The gate's `access_network` for `host`, asked once per host for the run.
+    async fn ask_gate(&self, shared: &Shared, host: &Host, port: u16) -> Result<(), Denial> {
+        let known = self.decided.lock().ok().and_then(|d| d.get(host).cloned());
+        let answer = match known {
+            Some(answer) => answer,
+            None => {
+                let action = sv::Action {
+                    effects: vec![EffectClass::AccessNetwork as i32],
+                    scope: Some(sv::ActionScope { domains: vec![host_word(host)], ..Default::default() }),
+                    mode: self.mode,
+                    workspace_id: self.workspace.clone(),
+                    run_id: self.run_id.clone(),
+                    summary: format!("connect to {host}:{port}"),
+                    ..Default::default()
+                };
+                let answer = match shared.peers.decide(action).await {
+                    Ok(decided) if decided.decision == Decision::Allow as i32 => Ok(()),
+                    Ok(decided) => Err(decided.reason),
+                    // Not cached: the next connection asks again.
+                    Err(e) => return Err(denial(GATE_DENIED, format!("the gate could not be asked: {e}"))),
+                };
+                if let Ok(mut decided) = self.decided.lock() {
+                    decided.insert(host.clone(), answer.clone());
+                }
+                answer
+            }
+        };
+        answer.map_err(|reason| denial(GATE_DENIED, format!("{host}: {reason}")))
+    }
+}
+
+/// The gate's rules name domains as hosts: an IPv6 address without brackets.
+fn host_word(host: &Host) -> String {
+    match host {
+        Host::Ip(ip) => ip.to_string(),
+        Host::Name(name) => name.clone(),
+    }
+}
+
+fn denial(code: &'static str, message: String) -> Denial {
+    Denial { code, message }
+}
+
+/// One resolution; every address it gives is checked before any is dialled.
+async fn resolve(name: &str, port: u16) -> Result<Vec<IpAddr>, Denial> {
+    match tokio::time::timeout(RESOLVE, tokio::net::lookup_host((name, port))).await {
+        Ok(Ok(addresses)) => {
+            let mut ips: Vec<IpAddr> = addresses.map(|a| a.ip()).collect();
+            ips.dedup();
+            Ok(ips)
+        }
+        Ok(Err(e)) => Err(denial(codes::NO_ADDRESS, format!("{name} does not resolve: {e}"))),
+        Err(_) => Err(denial(codes::NO_ADDRESS, format!("{name} did not resolve within {RESOLVE:?}"))),
+    }
+}
+
+/// The host's own interface addresses, read for each decision (they change).
+fn own_addresses() -> Vec<IpAddr> {
+    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
+    interfaces
+        .filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect()
+}
+
+/// HTTP status for a denial's code.
+fn status_of(code: &str) -> (u16, &'static str) {
+    match code {
+        codes::BAD_HOST => (400, "Bad Request"),
+        codes::NO_ADDRESS | UNREACHABLE => (502, "Bad Gateway"),
+        _ => (403, "Forbidden"),
+    }
+}
+
+/// A connection past the run's cap: 503, and closed.
+pub fn too_many(stream: UnixStream) {
+    let head = http_request::refusal(
+        503,
+        "Service Unavailable",
+        "too_many_connections",
+        "this run holds too many connections",
+    );
+    if let Ok(std) = stream.into_std() {
+        let _ = std.set_nonblocking(false);
+        let _ = std::io::Write::write_all(&mut &std, &head);
+    }
+}
+
+async fn read_more(stream: &mut UnixStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 4096];
+    let n = stream.read(&mut chunk).await?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n > 0)
+}
+
+/// The HTTP proxy, one request per connection.
+pub async fn http(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shared>) {
+    let head = async {
+        let mut buf = Vec::new();
+        loop {
+            match http_request::parse(&buf) {
+                Ok(Some(request)) => return Ok((request, buf)),
+                Ok(None) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            match read_more(&mut client, &mut buf).await {
+                Ok(true) => {}
+                _ => return Err("the client closed before its request was complete".into()),
+            }
+        }
+    };
+    let (request, buf) = match tokio::time::timeout(HANDSHAKE, head).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(why)) => {
+            let _ = client.write_all(&http_request::refusal(400, "Bad Request", codes::BAD_HOST, &why)).await;
+            return;
+        }
+        Err(_) => {
+            let why = format!("no complete request within {HANDSHAKE:?}");
+            let _ = client.write_all(&http_request::refusal(408, "Request Timeout", "handshake_timeout", &why)).await;
+            return;
+        }
+    };
+    let target = &request.target;
+    let mut upstream = match run.connect(&shared, target.host(), target.port()).await {
+        Ok(upstream) => upstream,
+        Err(d) => {
+            tracing::info!(run = %run.run_id, host = %target.host(), port = target.port(), code = d.code, reason = %d.message, "egress denied");
+            let (status, words) = status_of(d.code);
+            let _ = client.write_all(&http_request::refusal(status, words, d.code, &d.message)).await;
+            return;
+        }
+    };
+    let rest = &buf[request.head_len..];
+    let sent = match target {
+        http_request::Target::Connect { .. } => {
+            let established = client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await;
+            match established {
+                Ok(()) => upstream.write_all(rest).await,
+                Err(e) => Err(e),
+            }
+        }
+        http_request::Target::Absolute { method, host, port, path } => upstream
+            .write_all(&origin_form(&request, method, host, *port, path))
+            .await
+            .and(upstream.write_all(rest).await),
+    };
+    if sent.is_ok() {
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    }
+}
+
+/// An absolute-form request as the origin expects it: the path alone, its own Host,
+/// none of the proxy's headers, and one request per connection.
+fn origin_form(request: &http_request::ProxyRequest, method: &str, host: &str, port: u16, path: &str) -> Vec<u8> {
+    const DROPPED: &[&str] =
+        &["host", "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "upgrade"];
+    let authority = if port == 80 { host.to_owned() } else { format!("{host}:{port}") };
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\n").into_bytes();
+    for (name, value) in &request.headers {
+        if !DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+            head.extend_from_slice(name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value);
+            head.extend_from_slice(b"\r\n");
+        }
+    }
+    head.extend_from_slice(b"Connection: close\r\n\r\n");
+    head
+}
+
+/// The SOCKS5 proxy: no authentication (the socket is the run's alone), CONNECT only.
+pub async fn socks(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shared>) {
+    let handshake = async {
+        let mut buf = Vec::new();
+        let (greeting, used) = loop {
+            match socks::parse_greeting(&buf) {
+                Ok(Some(read)) => break read,
+                Ok(None) if read_more(&mut client, &mut buf).await.unwrap_or(false) => {}
+                _ => return None,
+            }
+        };
+        if !greeting.methods.contains(&socks::NO_AUTH) {
+            let _ = client.write_all(&[socks::VERSION, socks::NO_ACCEPTABLE_METHOD]).await;
+            return None;
+        }
+        client.write_all(&[socks::VERSION, socks::NO_AUTH]).await.ok()?;
+        buf.drain(..used);
+        loop {
+            match socks::parse_request(&buf) {
+                Ok(Some((request, used))) => return Some((request, buf.split_off(used))),
+                Ok(None) if read_more(&mut client, &mut buf).await.unwrap_or(false) => {}
+                Ok(None) => return None,
+                Err(socks::SocksError::AddressType(_)) => {
+                    let _ = client.write_all(&socks::reply(socks::reply::ADDRESS_TYPE_NOT_SUPPORTED, None)).await;
+                    return None;
+                }
+                Err(_) => {
+                    let _ = client.write_all(&socks::reply(socks::reply::GENERAL_FAILURE, None)).await;
+                    return None;
+                }
+            }
+        }
+    };
+    let Ok(Some((request, rest))) = tokio::time::timeout(HANDSHAKE, handshake).await else { return };
+    if request.command != socks::Command::Connect {
+        let _ = client.write_all(&socks::reply(socks::reply::COMMAND_NOT_SUPPORTED, None)).await;
+        return;
+    }
+    let host = match &request.address {
+        socks::Address::Ip(ip) => Host::Ip(*ip).to_string(),
+        socks::Address::Name(name) => name.clone(),
+    };
+    let mut upstream = match run.connect(&shared, &host, request.port).await {
+        Ok(upstream) => upstream,
+        Err(d) => {
+            tracing::info!(run = %run.run_id, host = %host.escape_debug(), port = request.port, code = d.code, reason = %d.message, "egress denied");
+            let code = match d.code {
+                codes::NO_ADDRESS | UNREACHABLE => socks::reply::HOST_UNREACHABLE,
+                _ => socks::reply::NOT_ALLOWED,
+            };
+            let _ = client.write_all(&socks::reply(code, None)).await;
+            return;
+        }
+    };
+    let bound = upstream.local_addr().ok();
+    if client.write_all(&socks::reply(socks::reply::SUCCEEDED, bound)).await.is_ok()
+        && upstream.write_all(&rest).await.is_ok()
+    {
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    }
+}

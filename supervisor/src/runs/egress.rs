@@ -1,0 +1,102 @@
+//! A run's network. Under an envelope the run has no network of its own: its proxies
+//! (the gateway's, bridged in as `127.0.0.1:41080` for HTTP and `:41081` for SOCKS5)
+//! are its only route out, and they allow what this allowlist holds, read once at the
+//! run's start: a curated base, GitHub's domains, and the configuration's additions.
+//! A run with its network off gets the same proxies with nothing allowed, so every
+//! attempt is refused and recorded.
+
+use std::collections::HashMap;
+
+use cc_proto::gateway::v1 as gw;
+
+use crate::config::EgressConfig;
+
+/// The HTTP proxy's loopback port inside a run's envelopes.
+pub const HTTP_PROXY_PORT: u16 = 41080;
+/// The SOCKS5 proxy's.
+pub const SOCKS_PORT: u16 = 41081;
+
+/// The curated base: model providers' APIs, git hosting, the model catalog. (The
+/// package-registry group ships empty: `[egress] registries` fills it.)
+const BASE: &[(&str, &str)] = &[
+    ("api.anthropic.com", "base:llm"),
+    ("api.openai.com", "base:llm"),
+    ("generativelanguage.googleapis.com", "base:llm"),
+    ("api.mistral.ai", "base:llm"),
+    ("api.groq.com", "base:llm"),
+    ("api.deepseek.com", "base:llm"),
+    ("openrouter.ai", "base:llm"),
+    ("gitlab.com", "base:git"),
+    ("bitbucket.org", "base:git"),
+    ("codeberg.org", "base:git"),
+    ("models.dev", "base:catalog"),
+];
+
+/// GitHub's domains (pushes and fetches of the run's own repositories go through the
+/// git gateway, which holds the credentials; these carry no credential of the run's).
+const GITHUB: &[&str] = &[
+    "github.com",
+    "api.github.com",
+    "codeload.github.com",
+    "uploads.github.com",
+    "objects.githubusercontent.com",
+    "raw.githubusercontent.com",
+    "*.githubusercontent.com",
+];
+
+/// The run's allowlist, each entry with its source, in the order `ccctl policy show`
+/// prints it.
+pub fn allowlist(config: &EgressConfig) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = BASE.iter().map(|(e, s)| ((*e).to_owned(), (*s).to_owned())).collect();
+    entries.extend(config.registries.iter().map(|e| (e.clone(), "base:registries ([egress] registries)".to_owned())));
+    entries.extend(GITHUB.iter().map(|e| ((*e).to_owned(), "github".to_owned())));
+    entries.extend(config.allow.iter().map(|e| (e.clone(), "config ([egress] allow)".to_owned())));
+    entries
+}
+
+/// What the gateway is told of a run's network.
+pub fn gateway_policy(network: bool, config: &EgressConfig) -> gw::EgressPolicy {
+    let entry = |(entry, source): (String, String)| gw::EgressEntry { entry, source };
+    gw::EgressPolicy {
+        network,
+        allow: if network { allowlist(config).into_iter().map(entry).collect() } else { vec![] },
+        deny: config.telemetry.iter().map(|t| entry((t.clone(), "config ([egress] telemetry)".to_owned()))).collect(),
+        resolve: config
+            .resolve
+            .iter()
+            .map(|(host, addresses)| gw::ResolveOverride { host: host.clone(), addresses: addresses.clone() })
+            .collect(),
+    }
+}
+
+/// The proxy variables every envelope of a run gets. Loopback is exempt: inside the
+/// envelope it holds nothing but the run's own bridges (the git door among them),
+/// which must not be sent through the proxy.
+pub fn proxy_env(env: &mut HashMap<String, String>) {
+    let http = format!("http://127.0.0.1:{HTTP_PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{SOCKS_PORT}");
+    for (name, value) in [("HTTP_PROXY", &http), ("HTTPS_PROXY", &http), ("ALL_PROXY", &socks)] {
+        env.insert(name.to_owned(), value.clone());
+        env.insert(name.to_ascii_lowercase(), value.clone());
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.insert(name.to_owned(), "127.0.0.1,localhost".to_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_entry_parses_and_the_registries_ship_empty() {
+        let config = EgressConfig::default();
+        for (entry, source) in allowlist(&config) {
+            cc_gateway::egress::allowlist::Entry::parse(&entry, &source).unwrap();
+            assert!(!source.contains("registries"), "the registry group ships empty: {entry}");
+        }
+        let off = gateway_policy(false, &config);
+        assert!(off.allow.is_empty() && !off.network, "network off: nothing allowed");
+        assert!(!gateway_policy(true, &config).allow.is_empty());
+    }
+}

@@ -1,0 +1,179 @@
+//! Issue 21, first part: `--network on` through the run's own proxies. Real curl in a
+//! real run's envelope, real servers of the test's own on loopback; names resolve
+//! through `[egress.resolve]`, so allowed and denied names are tested without the
+//! internet.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use cc_tests::eventually;
+use cc_tests::runs::{Fixture, fixture, text};
+use nix::sys::signal::Signal;
+
+/// An HTTP server on loopback that answers every request with `body`.
+fn server(body: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                let _ = conn.write_all(answer.as_bytes());
+            });
+        }
+    });
+    port
+}
+
+struct World {
+    f: Fixture,
+    port: u16,
+    other_port: u16,
+}
+
+fn world() -> World {
+    let port = server("hello from upstream");
+    let other_port = server("the other service");
+    let rules = tempfile::NamedTempFile::new().unwrap();
+    let (_, rules_path) = rules.keep().unwrap();
+    std::fs::write(&rules_path, "[[rule]]\neffect = \"access_network\"\ndecision = \"allow\"\n").unwrap();
+    std::fs::set_permissions(&rules_path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let config = format!(
+        "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"allowed.example.test\", \"*.wild.example.test\", \"rebind.example.test\", \
+         \"127.0.0.1:{port}\", \"telemetry.example.test\"]\ntelemetry = [\"telemetry.example.test\"]\n\
+         [egress.resolve]\n\"allowed.example.test\" = [\"127.0.0.1\"]\n\"a.wild.example.test\" = [\"127.0.0.1\"]\n\
+         \"rebind.example.test\" = [\"127.0.0.1\"]\n\"example.test\" = [\"127.0.0.1\"]\n\"other.example.test\" = [\"127.0.0.1\"]\n",
+        rules_path.display()
+    );
+    World { f: fixture(Some(&config)), port, other_port }
+}
+
+impl World {
+    fn run(&self, network: &str) -> String {
+        let f = &self.f;
+        let out = f.sup.ccctl(&["run", "start", "--conversation", &f.conversation, "--network", network]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        text(&out).0.trim().to_owned()
+    }
+
+    fn bash(&self, run: &str, script: &str) -> (String, String) {
+        let out = self.f.tool(run, &["bash", "--", script]);
+        text(&out)
+    }
+}
+
+#[test]
+fn an_allowed_name_works_on_every_proxy_path_and_the_rest_is_refused() {
+    let w = world();
+    let run = w.run("on");
+    let (port, other) = (w.port, w.other_port);
+
+    // Through the environment's proxy (absolute-form), CONNECT and SOCKS5 with names.
+    let script = format!(
+        "curl -sS -m 10 http://allowed.example.test:{port}/; echo\n\
+         curl -sS -m 10 --proxytunnel http://allowed.example.test:{port}/; echo\n\
+         curl -sS -m 10 -x socks5h://127.0.0.1:41081 http://allowed.example.test:{port}/; echo\n\
+         curl -sS -m 10 http://a.wild.example.test:{port}/; echo"
+    );
+    let (stdout, stderr) = w.bash(&run, &script);
+    assert_eq!(stdout.matches("hello from upstream").count(), 4, "{stdout}\n{stderr}");
+
+    // Off the list, each path: 403 with the reason header, or SOCKS reply 2.
+    // Through the proxy even for loopback literals (NO_PROXY exempts the envelope's own
+    // loopback, where the bridges are).
+    let code = |url: &str| {
+        format!(
+            "curl -s -o /dev/null -D - -m 10 --noproxy '' -x http://127.0.0.1:41080 {url} | tr -d '\\r' \
+             | grep -i -e '^HTTP/' -e '^x-cc-egress-denied'"
+        )
+    };
+    let (stdout, _) = w.bash(&run, &format!("{}\necho ---", code(&format!("http://other.example.test:{port}/"))));
+    assert!(stdout.contains("403") && stdout.contains("not_on_allowlist"), "{stdout}");
+    for host in ["example.test", "badexample.test", "example.test.evil.test"] {
+        let (stdout, _) = w.bash(&run, &code(&format!("http://{host}:{port}/")));
+        assert!(stdout.contains("403"), "{host}: {stdout}");
+    }
+    let (stdout, _) = w.bash(
+        &run,
+        &format!("curl -sS -m 10 -x socks5h://127.0.0.1:41081 http://other.example.test:{port}/; echo exit=$?"),
+    );
+    assert!(stdout.contains("exit=97"), "SOCKS refusal: {stdout}");
+    let (stdout, _) =
+        w.bash(&run, &format!("curl -sS -m 10 --proxytunnel http://other.example.test:{port}/; echo exit=$?"));
+    assert!(stdout.contains("exit=56"), "CONNECT refusal: {stdout}");
+
+    // Metadata and loopback in their spellings; a host on both lists; an allowed name
+    // that resolves inward on a port nobody allowed (rebinding).
+    for url in [
+        "http://169.254.169.254/".to_owned(),
+        "http://2852039166/".to_owned(),
+        "http://0xa9.0xfe.0xa9.0xfe/".to_owned(),
+        "http://[::ffff:169.254.169.254]/".to_owned(),
+        "http://metadata.google.internal/".to_owned(),
+        "http://telemetry.example.test/".to_owned(),
+        format!("http://127.0.0.1:{other}/"),
+        format!("http://0x7f.1:{other}/"),
+        format!("http://rebind.example.test:{other}/"),
+    ] {
+        let (stdout, _) = w.bash(&run, &code(&url));
+        assert!(stdout.contains("403"), "{url}: {stdout}");
+        assert!(
+            ["always_denied", "internal_address", "not_on_allowlist"].iter().any(|c| stdout.contains(c)),
+            "{url}: {stdout}"
+        );
+    }
+
+    // Without the proxy there is no network at all.
+    let (stdout, _) = w.bash(
+        &run,
+        &format!(
+            "env -i /usr/bin/curl -sS -m 5 http://127.0.0.1:{port}/; echo curl=$?\n\
+             bash -c 'echo > /dev/tcp/127.0.0.1/{port}' 2>/dev/null; echo tcp=$?\n\
+             python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53))\" 2>/dev/null; echo udp=$?"
+        ),
+    );
+    assert!(!stdout.contains("hello from upstream"), "{stdout}");
+    assert!(stdout.contains("tcp=1") && !stdout.contains("curl=0"), "{stdout}");
+    assert!(!stdout.contains("udp=0"), "a UDP datagram left the envelope: {stdout}");
+}
+
+#[test]
+fn a_run_with_its_network_off_is_refused_by_its_proxies() {
+    let w = world();
+    let run = w.run("off");
+    let (stdout, _) = w.bash(
+        &run,
+        &format!(
+            "curl -s -D - -o /dev/null -m 10 http://allowed.example.test:{}/ | tr -d '\\r' | grep -i x-cc-egress",
+            w.port
+        ),
+    );
+    assert!(stdout.contains("network_off"), "{stdout}");
+}
+
+#[test]
+fn a_killed_gateway_comes_back_with_the_runs_allowlist() {
+    let w = world();
+    let run = w.run("on");
+    let gateway = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(10), "a new gateway serves the run", || {
+        w.f.sup.helper_pids().into_iter().any(|(n, pid)| n == "gateway" && pid != gateway)
+            && text(&w.f.sup.ccctl(&["--json", "events"])).0.contains("git_gateway_synced")
+    });
+    let (stdout, stderr) = w.bash(&run, &format!("curl -sS -m 10 http://allowed.example.test:{}/", w.port));
+    assert!(stdout.contains("hello from upstream"), "{stdout}\n{stderr}");
+    let (stdout, _) =
+        w.bash(&run, &format!("curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://other.example.test:{}/", w.port));
+    assert_eq!(stdout.trim(), "403");
+}
