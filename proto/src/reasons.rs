@@ -72,6 +72,11 @@ pub const HELPER_TIMEOUT: &str = "HELPER_TIMEOUT";
 /// fetches anonymously and refuses pushes.
 pub const NO_CREDENTIAL: &str = "NO_CREDENTIAL";
 
+/// This entry is on the workspace's network allowlist already (metadata `entry`).
+pub const ALREADY_LISTED: &str = "ALREADY_LISTED";
+/// This entry is not on the workspace's network allowlist (metadata `entry`).
+pub const NOT_LISTED: &str = "NOT_LISTED";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -94,6 +99,8 @@ pub const ALL: &[&str] = &[
     HELPER_RESTARTING,
     HELPER_TIMEOUT,
     NO_CREDENTIAL,
+    ALREADY_LISTED,
+    NOT_LISTED,
 ];
 
 /// A refusal with `reason` and its metadata.

@@ -221,6 +221,26 @@ impl Workspaces for SupervisorApi {
         let unlinked = self.blocking(move |c| c.unlink_github_repository(&workspace, &r.github_repository)).await?;
         Ok(Response::new(pb::UnlinkGitHubRepositoryResponse { workspace: Some(convert::workspace(unlinked)) }))
     }
+
+    async fn add_egress_entry(
+        &self,
+        request: Request<pb::AddEgressEntryRequest>,
+    ) -> Result<Response<pb::AddEgressEntryResponse>, Status> {
+        let r = request.into_inner();
+        let workspace = convert::workspace_or_default(&r.workspace_id).to_owned();
+        let added = self.blocking(move |c| c.add_egress_entry(&workspace, &r.entry)).await?;
+        Ok(Response::new(pb::AddEgressEntryResponse { workspace: Some(convert::workspace(added)) }))
+    }
+
+    async fn remove_egress_entry(
+        &self,
+        request: Request<pb::RemoveEgressEntryRequest>,
+    ) -> Result<Response<pb::RemoveEgressEntryResponse>, Status> {
+        let r = request.into_inner();
+        let workspace = convert::workspace_or_default(&r.workspace_id).to_owned();
+        let removed = self.blocking(move |c| c.remove_egress_entry(&workspace, &r.entry)).await?;
+        Ok(Response::new(pb::RemoveEgressEntryResponse { workspace: Some(convert::workspace(removed)) }))
+    }
 }
 
 #[tonic::async_trait]

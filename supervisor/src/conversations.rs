@@ -43,6 +43,8 @@ pub enum ConversationError {
     Io { action: &'static str, path: PathBuf, source: std::io::Error },
     #[error("a conversation needs at least one --repo")]
     NoRepos,
+    #[error("network allowlist entry {0}")]
+    InvalidEgressEntry(String),
 }
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ConversationError + 'a {
@@ -132,6 +134,21 @@ impl Conversations {
             json!({ "github_repository": repository }),
         );
         Ok(unlinked)
+    }
+
+    /// Adds an entry to a workspace's network allowlist, in its canonical spelling.
+    pub fn add_egress_entry(&self, workspace: &str, entry: &str) -> Result<Workspace, ConversationError> {
+        let entry = canonical_egress_entry(entry)?;
+        let added = self.store.add_egress(workspace, &entry, now())?;
+        self.events.record("egress_entry_added", &format!("workspace:{workspace}"), json!({ "entry": entry }));
+        Ok(added)
+    }
+
+    pub fn remove_egress_entry(&self, workspace: &str, entry: &str) -> Result<Workspace, ConversationError> {
+        let entry = canonical_egress_entry(entry)?;
+        let removed = self.store.remove_egress(workspace, &entry)?;
+        self.events.record("egress_entry_removed", &format!("workspace:{workspace}"), json!({ "entry": entry }));
+        Ok(removed)
     }
 
     /// Registers a checkout. `path` must be absolute (the client resolves its own
@@ -544,6 +561,13 @@ fn give_to_service_user(dir: &Path, name: &str, what: Give) -> Result<(), Worktr
 
 fn new_id() -> Result<ConversationId, crate::ids::MintError> {
     ConversationId::mint()
+}
+
+/// An allowlist entry as the proxies read it (`Example.COM.` is `example.com`).
+fn canonical_egress_entry(entry: &str) -> Result<String, ConversationError> {
+    cc_gateway::egress::allowlist::Entry::parse(entry, "workspace")
+        .map(|e| e.to_string())
+        .map_err(ConversationError::InvalidEgressEntry)
 }
 
 #[cfg(test)]

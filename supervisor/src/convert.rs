@@ -57,6 +57,7 @@ pub fn workspace(w: Workspace) -> pb::Workspace {
         workspace_id: w.name,
         create_time: Some(timestamp(w.created_unix_ms)),
         linked_github_repositories: w.linked,
+        egress_allowlist: w.egress,
     }
 }
 
@@ -95,20 +96,25 @@ impl From<ConversationError> for Status {
         let message = e.to_string();
         let refusal = |code, reason, metadata: &[(&str, String)]| reasons::refusal(code, &*message, reason, metadata);
         match e {
-            ConversationError::InvalidName(_) | ConversationError::InvalidPath(_) | ConversationError::NoRepos => {
-                Status::invalid_argument(message)
-            }
+            ConversationError::InvalidName(_)
+            | ConversationError::InvalidPath(_)
+            | ConversationError::NoRepos
+            | ConversationError::InvalidEgressEntry(_) => Status::invalid_argument(message),
             ConversationError::Registry(RegistryError::NotFound { kind, name }) => {
                 let (reason, key) = match kind {
                     Resource::Workspace => (reasons::WORKSPACE_NOT_FOUND, "workspace_id"),
                     Resource::Repository => (reasons::REPOSITORY_NOT_FOUND, "name"),
                     Resource::Conversation => (reasons::CONVERSATION_NOT_FOUND, "conversation_id"),
                     Resource::GitHubLink => (reasons::LINK_NOT_FOUND, "github_repository"),
+                    Resource::EgressEntry => (reasons::NOT_LISTED, "entry"),
                 };
                 refusal(Code::NotFound, reason, &[(key, name)])
             }
             ConversationError::Registry(RegistryError::Exists { kind: Resource::GitHubLink, name }) => {
                 refusal(Code::AlreadyExists, reasons::ALREADY_LINKED, &[("github_repository", name)])
+            }
+            ConversationError::Registry(RegistryError::Exists { kind: Resource::EgressEntry, name }) => {
+                refusal(Code::AlreadyExists, reasons::ALREADY_LISTED, &[("entry", name)])
             }
             ConversationError::Registry(RegistryError::Exists { name, .. }) => {
                 refusal(Code::AlreadyExists, reasons::NAME_TAKEN, &[("name", name)])

@@ -251,6 +251,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
 
     // 8. Serve the client API: health, reflection, and one service per resource, every
     //    call authorized by the caller's uid.
+    let conversations_for_gate = conversations.clone();
     let api = Arc::new(SupervisorApi::new(
         unix_ms(SystemTime::now()),
         data.root().display().to_string(),
@@ -267,7 +268,20 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let conversations = ConversationsServer::from_arc(api.clone()).max_decoding_message_size(max);
     let sandbox = SandboxServer::from_arc(api).max_decoding_message_size(max);
     let runs_service = RunsServer::new(RunsService::new(runs.clone())).max_decoding_message_size(max);
-    let gate_service = GateServer::new(GateService::new(gate)).max_decoding_message_size(max);
+    let network: crate::gate::service::NetworkLists = {
+        let (egress, conversations) = (config.egress.clone(), conversations_for_gate);
+        Arc::new(move |workspace: &str| {
+            let entries = conversations
+                .workspaces()
+                .ok()
+                .and_then(|all| all.into_iter().find(|w| w.name == workspace))
+                .map(|w| w.egress)
+                .unwrap_or_default();
+            let ws = crate::runs::egress::WorkspaceEntries { name: workspace, entries: &entries };
+            (crate::runs::egress::allowlist(&egress, &ws), crate::runs::egress::always_denied(&egress))
+        })
+    };
+    let gate_service = GateServer::new(GateService::new(gate, network)).max_decoding_message_size(max);
     let (health_reporter, health) = tonic_health::server::health_reporter();
     // Every service reports SERVING by its own name, and "" for the server as a whole.
     health_reporter.set_serving::<SystemServer<SupervisorApi>>().await;

@@ -35,6 +35,7 @@ pub enum Resource {
     Repository,
     Conversation,
     GitHubLink,
+    EgressEntry,
 }
 
 impl std::fmt::Display for Resource {
@@ -44,6 +45,7 @@ impl std::fmt::Display for Resource {
             Resource::Repository => "repository",
             Resource::Conversation => "conversation",
             Resource::GitHubLink => "linked GitHub repository",
+            Resource::EgressEntry => "network allowlist entry",
         })
     }
 }
@@ -54,6 +56,8 @@ pub struct Workspace {
     pub created_unix_ms: i64,
     /// GitHub repositories linked to it (OWNER/NAME, lower case, sorted).
     pub linked: Vec<String>,
+    /// Its runs' network allowlist entries (canonical, sorted).
+    pub egress: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,14 +109,15 @@ impl Store {
         if inserted == 0 {
             return Err(RegistryError::Exists { kind: Resource::Workspace, name: name.to_owned() });
         }
-        Ok(Workspace { name: name.to_owned(), created_unix_ms: now, linked: Vec::new() })
+        Ok(Workspace { name: name.to_owned(), created_unix_ms: now, linked: Vec::new(), egress: Vec::new() })
     }
 
     pub fn workspaces(&self) -> Result<Vec<Workspace>, RegistryError> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare_cached("SELECT name, created_unix_ms FROM workspaces ORDER BY name")?;
-        let rows =
-            stmt.query_map([], |r| Ok(Workspace { name: r.get(0)?, created_unix_ms: r.get(1)?, linked: vec![] }))?;
+        let rows = stmt.query_map([], |r| {
+            Ok(Workspace { name: r.get(0)?, created_unix_ms: r.get(1)?, linked: vec![], egress: vec![] })
+        })?;
         let mut workspaces: Vec<Workspace> = rows.collect::<Result<_, _>>()?;
         let mut links =
             conn.prepare_cached("SELECT workspace, repository FROM workspace_github_links ORDER BY repository")?;
@@ -122,7 +127,38 @@ impl Store {
                 w.linked.push(repository);
             }
         }
+        let mut entries = conn.prepare_cached("SELECT workspace, entry FROM workspace_egress ORDER BY entry")?;
+        for listed in entries.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+            let (workspace, entry) = listed?;
+            if let Some(w) = workspaces.iter_mut().find(|w| w.name == workspace) {
+                w.egress.push(entry);
+            }
+        }
         Ok(workspaces)
+    }
+
+    /// Adds `entry` (already checked and canonical) to `workspace`'s network allowlist.
+    pub fn add_egress(&self, workspace: &str, entry: &str, now: i64) -> Result<Workspace, RegistryError> {
+        self.require_workspace(workspace)?;
+        let inserted = self.conn()?.execute(
+            "INSERT INTO workspace_egress (workspace, entry, created_unix_ms) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            params![workspace, entry, now],
+        )?;
+        if inserted == 0 {
+            return Err(RegistryError::Exists { kind: Resource::EgressEntry, name: entry.to_owned() });
+        }
+        self.workspace(workspace)
+    }
+
+    pub fn remove_egress(&self, workspace: &str, entry: &str) -> Result<Workspace, RegistryError> {
+        self.require_workspace(workspace)?;
+        let deleted = self
+            .conn()?
+            .execute("DELETE FROM workspace_egress WHERE workspace = ?1 AND entry = ?2", params![workspace, entry])?;
+        if deleted == 0 {
+            return Err(RegistryError::NotFound { kind: Resource::EgressEntry, name: entry.to_owned() });
+        }
+        self.workspace(workspace)
     }
 
     pub fn workspace(&self, name: &str) -> Result<Workspace, RegistryError> {

@@ -74,6 +74,13 @@ const MIGRATIONS: &[&str] = &[
         created_unix_ms INTEGER NOT NULL,
         PRIMARY KEY (workspace, repository)
     );",
+    // 5: a workspace's network allowlist entries, canonical (`ccctl workspace egress`).
+    "CREATE TABLE workspace_egress (
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        entry TEXT NOT NULL,
+        created_unix_ms INTEGER NOT NULL,
+        PRIMARY KEY (workspace, entry)
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -52,7 +52,8 @@ fn world() -> World {
         "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"allowed.example.test\", \"*.wild.example.test\", \"rebind.example.test\", \
          \"127.0.0.1:{port}\", \"telemetry.example.test\"]\ntelemetry = [\"telemetry.example.test\"]\n\
          [egress.resolve]\n\"allowed.example.test\" = [\"127.0.0.1\"]\n\"a.wild.example.test\" = [\"127.0.0.1\"]\n\
-         \"rebind.example.test\" = [\"127.0.0.1\"]\n\"example.test\" = [\"127.0.0.1\"]\n\"other.example.test\" = [\"127.0.0.1\"]\n",
+         \"rebind.example.test\" = [\"127.0.0.1\"]\n\"example.test\" = [\"127.0.0.1\"]\n\"other.example.test\" = [\"127.0.0.1\"]\n\
+         \"ws.example.test\" = [\"127.0.0.1\"]\n",
         rules_path.display()
     );
     World { f: fixture(Some(&config)), port, other_port }
@@ -176,4 +177,45 @@ fn a_killed_gateway_comes_back_with_the_runs_allowlist() {
     let (stdout, _) =
         w.bash(&run, &format!("curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://other.example.test:{}/", w.port));
     assert_eq!(stdout.trim(), "403");
+}
+
+/// A workspace's own entries: added and removed with one-line refusals, shown with their
+/// source by `ccctl policy show`, and read by runs when they start (not after).
+#[test]
+fn a_workspace_allowlist_is_read_by_runs_that_start_after_it() {
+    let w = world();
+    let refused = |out: std::process::Output, entry: &str| {
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success() && stderr.starts_with("ccctl: ") && stderr.contains(entry), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    };
+    let before = w.run("on");
+    let sup = &w.f.sup;
+    let out = sup.ccctl(&["workspace", "egress", "default", "add", "WS.Example.Test."]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(text(&sup.ccctl(&["workspace", "egress", "default", "list"])).0, "ws.example.test\n");
+    refused(sup.ccctl(&["workspace", "egress", "default", "add", "ws.example.test"]), "ws.example.test");
+    refused(sup.ccctl(&["workspace", "egress", "default", "rm", "nope.example.test"]), "nope.example.test");
+    for bad in ["*", "*.com", "*.co.uk", "exa mple.test"] {
+        let out = sup.ccctl(&["workspace", "egress", "default", "add", bad]);
+        assert!(!out.status.success() && text(&out).1.trim_end().lines().count() == 1, "{bad}: {}", text(&out).1);
+    }
+    let shown = text(&sup.ccctl(&["policy", "show", "--workspace", "default"])).0;
+    for (entry, source) in [
+        ("api.anthropic.com", "base:llm"),
+        ("github.com", "github"),
+        ("allowed.example.test", "config ([egress] allow)"),
+        ("ws.example.test", "workspace:default"),
+        ("169.254.169.254", "cloud metadata (built in)"),
+        ("telemetry.example.test", "config ([egress] telemetry)"),
+    ] {
+        assert!(shown.lines().any(|l| l.contains(entry) && l.contains(source)), "{entry} ({source}):\n{shown}");
+    }
+
+    let after = w.run("on");
+    let fetch = format!("curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://ws.example.test:{}/", w.port);
+    assert_eq!(w.bash(&after, &fetch).0.trim(), "200");
+    assert_eq!(w.bash(&before, &fetch).0.trim(), "403", "a run reads its allowlist once, at its start");
+    assert!(sup.ccctl(&["workspace", "egress", "default", "rm", "ws.example.test"]).status.success());
+    assert!(text(&sup.ccctl(&["workspace", "egress", "default", "list"])).0.is_empty());
 }

@@ -139,6 +139,19 @@ async fn refusals_of_the_registry_and_the_helpers_carry_their_reason() {
     let (reason, metadata) = refusal(client.conversations.delete_conversation(delete).await, Code::NotFound);
     assert_eq!((reason.as_str(), metadata["conversation_id"].as_str()), (reasons::CONVERSATION_NOT_FOUND, "c-nope"));
 
+    // A workspace's network allowlist: its entries are canonical, listed once.
+    let add = |entry: &str| pb::AddEgressEntryRequest { workspace_id: String::new(), entry: entry.into() };
+    let added = client.workspaces.add_egress_entry(add("Docs.Example.Test.:443")).await.unwrap().into_inner();
+    assert_eq!(added.workspace.unwrap().egress_allowlist, ["docs.example.test:443"]);
+    let (reason, metadata) =
+        refusal(client.workspaces.add_egress_entry(add("docs.example.test:443")).await, Code::AlreadyExists);
+    assert_eq!((reason.as_str(), metadata["entry"].as_str()), (reasons::ALREADY_LISTED, "docs.example.test:443"));
+    let remove = |entry: &str| pb::RemoveEgressEntryRequest { workspace_id: String::new(), entry: entry.into() };
+    let (reason, _) = refusal(client.workspaces.remove_egress_entry(remove("docs.example.test")).await, Code::NotFound);
+    assert_eq!(reason, reasons::NOT_LISTED);
+    assert_eq!(client.workspaces.add_egress_entry(add("*.com")).await.unwrap_err().code(), Code::InvalidArgument);
+    client.workspaces.remove_egress_entry(remove("docs.example.test:443")).await.unwrap();
+
     let link = |workspace_id: &str, repo: &str| pb::LinkGitHubRepositoryRequest {
         workspace_id: workspace_id.into(),
         github_repository: repo.into(),

@@ -8,12 +8,12 @@ use super::allowlist::Entry;
 use super::host::Host;
 
 /// Metadata services' names: Google's, AWS's, and the bare names some images resolve.
-const METADATA_NAMES: &[&str] =
+pub const METADATA_NAMES: &[&str] =
     &["metadata.google.internal", "metadata.goog", "metadata", "instance-data", "instance-data.ec2.internal"];
 
 /// Metadata services' addresses: AWS (IPv4 and IPv6, the ECS task endpoint and the
 /// time and DNS services beside them), Alibaba, Azure's wire server, Oracle's.
-const METADATA_ADDRESSES: &[&str] = &[
+pub const METADATA_ADDRESSES: &[&str] = &[
     "169.254.169.254",
     "169.254.170.2",
     "169.254.169.123",

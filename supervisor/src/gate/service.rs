@@ -17,11 +17,17 @@ use super::{Gate, wire};
 
 pub struct GateService {
     gate: Arc<Gate>,
+    /// What `GetPolicy` shows of a workspace's network (the configuration's part and the
+    /// workspaces' entries).
+    network: NetworkLists,
 }
 
+/// A workspace's network lists, each entry with its source: (allowlist, always denied).
+pub type NetworkLists = Arc<dyn Fn(&str) -> (Vec<(String, String)>, Vec<(String, String)>) + Send + Sync>;
+
 impl GateService {
-    pub fn new(gate: Arc<Gate>) -> Self {
-        Self { gate }
+    pub fn new(gate: Arc<Gate>, network: NetworkLists) -> Self {
+        Self { gate, network }
     }
 }
 
@@ -110,10 +116,16 @@ impl GateRpc for GateService {
                 }
             })
             .collect();
+        let (allow, deny) = (self.network)(if workspace.is_empty() { "default" } else { &workspace });
+        let entries = |list: Vec<(String, String)>| {
+            list.into_iter().map(|(entry, source)| pb::NetworkEntry { entry, source }).collect()
+        };
         Ok(Response::new(pb::GetPolicyResponse {
             rules,
             defaults,
             approval_timeout_ms: self.gate.approvals.timeout().as_millis() as u64,
+            network_allowlist: entries(allow),
+            network_always_denied: entries(deny),
         }))
     }
 

@@ -44,22 +44,40 @@ const GITHUB: &[&str] = &[
     "*.githubusercontent.com",
 ];
 
+/// A workspace's own entries (`ccctl workspace egress`).
+pub struct WorkspaceEntries<'a> {
+    pub name: &'a str,
+    pub entries: &'a [String],
+}
+
 /// The run's allowlist, each entry with its source, in the order `ccctl policy show`
 /// prints it.
-pub fn allowlist(config: &EgressConfig) -> Vec<(String, String)> {
+pub fn allowlist(config: &EgressConfig, workspace: &WorkspaceEntries<'_>) -> Vec<(String, String)> {
     let mut entries: Vec<(String, String)> = BASE.iter().map(|(e, s)| ((*e).to_owned(), (*s).to_owned())).collect();
     entries.extend(config.registries.iter().map(|e| (e.clone(), "base:registries ([egress] registries)".to_owned())));
     entries.extend(GITHUB.iter().map(|e| ((*e).to_owned(), "github".to_owned())));
     entries.extend(config.allow.iter().map(|e| (e.clone(), "config ([egress] allow)".to_owned())));
+    entries.extend(workspace.entries.iter().map(|e| (e.clone(), format!("workspace:{}", workspace.name))));
+    entries
+}
+
+/// What no run may reach: the gateway's own metadata list, and configured telemetry.
+pub fn always_denied(config: &EgressConfig) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = cc_gateway::egress::deny::METADATA_NAMES
+        .iter()
+        .chain(cc_gateway::egress::deny::METADATA_ADDRESSES)
+        .map(|e| ((*e).to_owned(), "cloud metadata (built in)".to_owned()))
+        .collect();
+    entries.extend(config.telemetry.iter().map(|t| (t.clone(), "config ([egress] telemetry)".to_owned())));
     entries
 }
 
 /// What the gateway is told of a run's network.
-pub fn gateway_policy(network: bool, config: &EgressConfig) -> gw::EgressPolicy {
+pub fn gateway_policy(network: bool, config: &EgressConfig, workspace: &WorkspaceEntries<'_>) -> gw::EgressPolicy {
     let entry = |(entry, source): (String, String)| gw::EgressEntry { entry, source };
     gw::EgressPolicy {
         network,
-        allow: if network { allowlist(config).into_iter().map(entry).collect() } else { vec![] },
+        allow: if network { allowlist(config, workspace).into_iter().map(entry).collect() } else { vec![] },
         deny: config.telemetry.iter().map(|t| entry((t.clone(), "config ([egress] telemetry)".to_owned()))).collect(),
         resolve: config
             .resolve
@@ -91,12 +109,15 @@ mod tests {
     #[test]
     fn every_shipped_entry_parses_and_the_registries_ship_empty() {
         let config = EgressConfig::default();
-        for (entry, source) in allowlist(&config) {
+        let none = WorkspaceEntries { name: "default", entries: &[] };
+        for (entry, source) in allowlist(&config, &none).into_iter().chain(always_denied(&config)) {
             cc_gateway::egress::allowlist::Entry::parse(&entry, &source).unwrap();
             assert!(!source.contains("registries"), "the registry group ships empty: {entry}");
         }
-        let off = gateway_policy(false, &config);
+        let off = gateway_policy(false, &config, &none);
         assert!(off.allow.is_empty() && !off.network, "network off: nothing allowed");
-        assert!(!gateway_policy(true, &config).allow.is_empty());
+        let mine = ["docs.example.test".to_owned()];
+        let on = gateway_policy(true, &config, &WorkspaceEntries { name: "infra", entries: &mine });
+        assert!(on.allow.iter().any(|e| e.entry == "docs.example.test" && e.source == "workspace:infra"));
     }
 }

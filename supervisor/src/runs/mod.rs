@@ -591,19 +591,16 @@ impl RunManager {
         let id = run_id.as_str().to_owned();
         let (conversation, agent) = (request.conversation.clone(), request.agent.clone());
         let conversations = self.env.conversations.clone();
-        let (paths, record, github_repositories) = tokio::task::spawn_blocking(move || {
+        let (paths, record, github_repositories, workspace_egress) = tokio::task::spawn_blocking(move || {
             let record = conversations.conversation(&conversation)?;
-            let linked = conversations
-                .workspaces()?
-                .into_iter()
-                .find(|w| w.name == record.workspace)
-                .map(|w| w.linked)
-                .unwrap_or_default();
+            let workspace = conversations.workspaces()?.into_iter().find(|w| w.name == record.workspace);
+            let (linked, egress) = workspace.map(|w| (w.linked, w.egress)).unwrap_or_default();
             let github = credentials::github_repositories(&record, &linked);
             Ok::<_, crate::conversations::ConversationError>((
                 conversations.run_paths(&conversation, &agent)?,
                 record,
                 github,
+                egress,
             ))
         })
         .await
@@ -686,7 +683,11 @@ impl RunManager {
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             github_repositories,
-            egress: egress::gateway_policy(request.network, &self.env.egress),
+            egress: egress::gateway_policy(
+                request.network,
+                &self.env.egress,
+                &egress::WorkspaceEntries { name: &record.workspace, entries: &workspace_egress },
+            ),
             uid: run_user.0,
             gid: run_user.1,
             git_dirs: record.repos.iter().map(|r| r.path.clone()).collect(),

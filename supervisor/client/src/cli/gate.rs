@@ -327,7 +327,19 @@ fn show_policy(p: &pb::GetPolicyResponse, json: bool) {
                 json!({ "effect": effects(&[d.effect])[0], "decision": decision_name(d.decision), "description": d.description })
             })
             .collect();
-        println!("{}", json!({ "rules": rules, "defaults": defaults, "approval_timeout_ms": p.approval_timeout_ms }));
+        let entries = |list: &[pb::NetworkEntry]| -> Vec<Value> {
+            list.iter().map(|e| json!({ "entry": e.entry, "source": e.source })).collect()
+        };
+        println!(
+            "{}",
+            json!({
+                "rules": rules,
+                "defaults": defaults,
+                "approval_timeout_ms": p.approval_timeout_ms,
+                "network_allowlist": entries(&p.network_allowlist),
+                "network_always_denied": entries(&p.network_always_denied),
+            })
+        );
         return;
     }
     if p.rules.is_empty() {
@@ -346,4 +358,12 @@ fn show_policy(p: &pb::GetPolicyResponse, json: bool) {
         println!("  {:<5} {:<24} {}", decision_name(d.decision), effects(&[d.effect])[0], d.description);
     }
     println!("an unanswered question is denied after {} ms", p.approval_timeout_ms);
+    println!("network allowlist (runs with --network on; each new host also asks access_network):");
+    for e in &p.network_allowlist {
+        println!("  {:<40} {}", e.entry, e.source);
+    }
+    println!("always denied (beats the allowlist):");
+    for e in &p.network_always_denied {
+        println!("  {:<40} {}", e.entry, e.source);
+    }
 }

@@ -145,6 +145,22 @@ enum WorkspaceAction {
     LinkRepo { workspace: String, github_repository: String },
     /// Unlink a GitHub repository
     UnlinkRepo { workspace: String, github_repository: String },
+    /// The network allowlist of the workspace's runs (on top of the curated base)
+    Egress {
+        workspace: String,
+        #[command(subcommand)]
+        action: EgressAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum EgressAction {
+    /// Add an entry: a name, *.name for the names under it, or an address; :port optional
+    Add { entry: String },
+    /// Remove an entry
+    Rm { entry: String },
+    /// List the workspace's entries
+    List,
 }
 
 #[derive(Subcommand)]
@@ -385,6 +401,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     let request = pb::UnlinkGitHubRepositoryRequest { workspace_id: workspace, github_repository };
                     let w = client.workspaces.unlink_git_hub_repository(request).await.map_err(rpc_error)?.into_inner();
                     render::workspaces(&w.workspace.into_iter().collect::<Vec<_>>(), cli.json);
+                }
+                WorkspaceAction::Egress { workspace, action } => {
+                    let w = match action {
+                        EgressAction::Add { entry } => {
+                            let request = pb::AddEgressEntryRequest { workspace_id: workspace, entry };
+                            client.workspaces.add_egress_entry(request).await.map_err(rpc_error)?.into_inner().workspace
+                        }
+                        EgressAction::Rm { entry } => {
+                            let request = pb::RemoveEgressEntryRequest { workspace_id: workspace, entry };
+                            client
+                                .workspaces
+                                .remove_egress_entry(request)
+                                .await
+                                .map_err(rpc_error)?
+                                .into_inner()
+                                .workspace
+                        }
+                        EgressAction::List => {
+                            let list = client.workspaces.list_workspaces(pb::ListWorkspacesRequest {}).await;
+                            let found = list.map_err(rpc_error)?.into_inner().workspaces;
+                            let w = found.into_iter().find(|w| w.workspace_id == workspace);
+                            Some(w.with_context(|| format!("no workspace named {workspace:?}"))?)
+                        }
+                    };
+                    let entries = w.map(|w| w.egress_allowlist).unwrap_or_default();
+                    if cli.json {
+                        println!("{}", serde_json::json!(entries));
+                    } else {
+                        entries.iter().for_each(|e| println!("{e}"));
+                    }
                 }
             }
         }

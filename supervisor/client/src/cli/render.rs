@@ -239,6 +239,7 @@ pub fn workspaces(list: &[pb::Workspace], json: bool) {
                     "name": w.workspace_id,
                     "created": time(w.create_time.as_ref()),
                     "linked_github_repositories": w.linked_github_repositories,
+                    "egress_allowlist": w.egress_allowlist,
                 })
             })
             .collect();
