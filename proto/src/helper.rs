@@ -167,7 +167,7 @@ where
         .add_routes(routes)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown.wait())
         .await;
-    socket::remove_socket(&bootstrap.socket);
+    socket::remove_socket_unless_served(&bootstrap.socket);
     tracing::info!(helper = %bootstrap.name, "stopped");
     result.map_err(|e| format!("serving {} failed: {e}", bootstrap.socket.display()))
 }

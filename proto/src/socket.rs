@@ -65,6 +65,19 @@ pub fn bind_private(path: &Path) -> Result<UnixListener, SocketError> {
     Ok(listener)
 }
 
+/// Removes the socket file at `path` once we no longer serve it, unless another
+/// process serves it now: a helper of a supervisor that died may stop after its
+/// successor's helper has bound the same path, and must not take that socket away.
+/// (An inode and its times cannot tell the two files apart: the inode number is
+/// reused at once, and change times are as coarse as the kernel's tick.)
+pub fn remove_socket_unless_served(path: &Path) {
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        tracing::info!(path = %path.display(), "another process serves this socket now: leaving it");
+        return;
+    }
+    remove_socket(path);
+}
+
 /// Removes a socket file we bound, ignoring one that is already gone.
 pub fn remove_socket(path: &Path) {
     match fs::symlink_metadata(path) {
@@ -103,6 +116,19 @@ mod tests {
         fs::write(&file, "keep").unwrap();
         assert!(matches!(bind_private(&file), Err(SocketError::NotASocket { .. })));
         assert_eq!(fs::read_to_string(&file).unwrap(), "keep");
+    }
+
+    #[tokio::test]
+    async fn a_socket_bound_again_by_a_successor_is_not_removed_by_its_predecessor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("a.sock");
+        drop(bind_private(&path).unwrap());
+        let successor = bind_private(&path).unwrap();
+        remove_socket_unless_served(&path);
+        assert!(path.exists(), "the successor's socket was removed");
+        drop(successor);
+        remove_socket_unless_served(&path);
+        assert!(!path.exists(), "a socket nobody serves is removed");
     }
 
     #[test]

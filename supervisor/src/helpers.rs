@@ -149,9 +149,17 @@ pub struct SuperviseEnv {
 /// Called with the new process's pid, it tells it over a channel to that pid.
 pub type Reconcile = Arc<dyn Fn(u32) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
+/// A helper's reconciliation, and the process that became ready before there was one
+/// (helpers start before the run manager that sets it exists).
+#[derive(Default)]
+struct ReconcileSlot {
+    reconcile: Option<Reconcile>,
+    missed: Option<u32>,
+}
+
 pub struct Helper {
     launch: HelperLaunch,
-    reconcile: Mutex<Option<Reconcile>>,
+    reconcile: Mutex<ReconcileSlot>,
     /// New for every process: a secret learned from one process dies with it.
     secret: Mutex<PeerSecret>,
     snapshot: Mutex<Snapshot>,
@@ -224,15 +232,30 @@ impl Helper {
         format!("helper:{}", self.name())
     }
 
-    /// Sets what each new process of this helper is told before it counts as serving.
+    /// Sets what each new process of this helper is told before it counts as serving. A
+    /// process that became ready before this is told now (the broker's first process
+    /// must still revoke what a crashed supervisor's runs held).
     pub fn set_reconcile(&self, reconcile: Reconcile) {
-        if let Ok(mut slot) = self.reconcile.lock() {
-            *slot = Some(reconcile);
+        let missed = match self.reconcile.lock() {
+            Ok(mut slot) => {
+                slot.reconcile = Some(reconcile.clone());
+                slot.missed.take()
+            }
+            Err(_) => None,
+        };
+        if let Some(pid) = missed {
+            tokio::spawn(reconcile(pid));
         }
     }
 
-    fn reconcile(&self) -> Option<Reconcile> {
-        self.reconcile.lock().ok().and_then(|r| r.clone())
+    /// The reconciliation for process `pid`, which is ready; with none set yet, `pid`
+    /// is remembered for [`Helper::set_reconcile`]. One lock, so no process is missed.
+    fn reconcile_for(&self, pid: u32) -> Option<Reconcile> {
+        let mut slot = self.reconcile.lock().ok()?;
+        if slot.reconcile.is_none() {
+            slot.missed = Some(pid);
+        }
+        slot.reconcile.clone()
     }
 }
 
@@ -252,7 +275,7 @@ impl HelperSet {
             let (control, control_rx) = mpsc::channel(8);
             let helper = Arc::new(Helper {
                 launch,
-                reconcile: Mutex::new(None),
+                reconcile: Mutex::default(),
                 secret: Mutex::new(PeerSecret::generate()?),
                 snapshot: Mutex::new(Snapshot {
                     pid: None,
@@ -378,7 +401,7 @@ async fn supervise(helper: Arc<Helper>, env: Arc<SuperviseEnv>, mut control: mps
                 let pid = child.id().unwrap_or(0);
                 // Told what it must know (sandboxd: every live run) before it counts as
                 // serving: until then, calls that need it wait for it.
-                if let Some(reconcile) = helper.reconcile() {
+                if let Some(reconcile) = helper.reconcile_for(pid) {
                     let _ = tokio::time::timeout(env.policy.ready_timeout(), reconcile(pid)).await;
                 }
                 let restarts = helper.snapshot().restarts + u32::from(!matches!(reason, StartReason::First));
@@ -738,7 +761,7 @@ mod tests {
         };
         let snapshot = Snapshot { pid: None, state, restarts: 0, last_exit: None };
         let secret = Mutex::new(PeerSecret::generate().unwrap());
-        let reconcile = Mutex::new(None);
+        let reconcile = Mutex::default();
         (Arc::new(Helper { launch, reconcile, secret, snapshot: Mutex::new(snapshot), control, changed }), control_rx)
     }
 
@@ -762,5 +785,21 @@ mod tests {
 
         let (never, _control) = helper(HelperState::Backoff);
         assert_eq!(never.serving_pid(Duration::from_millis(20)).await, None, "the wait has a deadline");
+    }
+
+    #[tokio::test]
+    async fn a_process_ready_before_its_reconciliation_is_set_is_told_when_it_is() {
+        let (helper, _control) = helper(HelperState::Starting);
+        assert!(helper.reconcile_for(42).is_none(), "nothing set yet: the pid is remembered");
+        let (told, mut heard) = mpsc::channel(1);
+        let reconcile: Reconcile = Arc::new(move |pid| {
+            let told = told.clone();
+            Box::pin(async move {
+                let _ = told.send(pid).await;
+            })
+        });
+        helper.set_reconcile(reconcile);
+        assert_eq!(heard.recv().await, Some(42), "the process that was missed is told");
+        assert!(helper.reconcile_for(43).is_some(), "a later process gets it before it serves");
     }
 }

@@ -203,7 +203,8 @@ fn raw(socket: &std::path::Path, path: &str, body: &[u8], declared: usize) -> (S
         "POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/x-git-receive-pack-request\r\n\
          Content-Length: {declared}\r\nConnection: close\r\n\r\n"
     );
-    stream.write_all(head.as_bytes()).unwrap();
+    // A refused connection may be answered and closed before the request is written.
+    let _ = stream.write_all(head.as_bytes());
     let _ = stream.write_all(body);
     if body.len() < declared {
         let _ = stream.shutdown(std::net::Shutdown::Write);
