@@ -8,9 +8,18 @@
 //! Only the object database is opened (libgit2, never the `git` program, which would
 //! run what the agent's repository config names), and not as a repository: a copy
 //! belongs to the run's user, and opening it as a repository would be refused for
-//! its owner.
+//! its owner. The checkout is the agent's to write, so the way to its objects goes by
+//! handle, never through a link: the checkout and any git directory a `.git` file or
+//! `commondir` names are opened with no link anywhere on their path, each step below
+//! them with `O_NOFOLLOW`, and those files are read only if they are regular files. What
+//! libgit2 then reads inside the object directory may still be the agent's links: it
+//! only ever yields a yes or a no, never bytes, and the caller bounds its time.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat, openat2};
+use nix::sys::stat::Mode;
 
 /// True only when some checkout shows `old` to be an ancestor of (or equal to) `new`.
 pub fn is_fast_forward(checkouts: &[PathBuf], old: &str, new: &str) -> bool {
@@ -22,7 +31,8 @@ pub fn is_fast_forward(checkouts: &[PathBuf], old: &str, new: &str) -> bool {
     }
     checkouts.iter().filter_map(|dir| objects_dir(dir)).any(|objects| {
         let Ok(odb) = git2::Odb::new() else { return false };
-        if odb.add_disk_alternate(&objects.to_string_lossy()).is_err() {
+        // The handle's own path: libgit2 starts from the directory we opened.
+        if odb.add_disk_alternate(&format!("/proc/self/fd/{}", objects.as_raw_fd())).is_err() {
             return false;
         }
         let repo = git2::Repository::from_odb(odb);
@@ -30,25 +40,52 @@ pub fn is_fast_forward(checkouts: &[PathBuf], old: &str, new: &str) -> bool {
     })
 }
 
+/// An absolute directory with no link anywhere on its path.
+fn open_dir(path: &Path) -> Option<OwnedFd> {
+    let root =
+        openat(nix::fcntl::AT_FDCWD, "/", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+            .ok()?;
+    let relative = path.strip_prefix("/").ok()?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    if relative.as_os_str().is_empty() { Some(root) } else { openat2(&root, relative, how).ok() }
+}
+
+/// A directory below an open one, by one name, never through a link.
+fn child(dir: &OwnedFd, name: &str) -> Option<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    openat(dir, name, flags, Mode::empty()).ok()
+}
+
+/// A small regular file below an open directory (`.git`, `commondir`): never through a
+/// link, never blocking on a FIFO.
+fn read_small(dir: &OwnedFd, name: &str) -> Option<String> {
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let file = std::fs::File::from(openat(dir, name, flags, Mode::empty()).ok()?);
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, 4096), &mut text).ok()?;
+    Some(text.trim_end().to_owned())
+}
+
 /// The object directory of a checkout: `.git/objects`, or for a worktree (`.git` is a
 /// file naming its git dir) its common dir's.
-fn objects_dir(checkout: &Path) -> Option<PathBuf> {
-    let dot_git = checkout.join(".git");
-    let meta = std::fs::symlink_metadata(&dot_git).ok()?;
-    if meta.is_dir() {
-        return Some(dot_git.join("objects"));
+fn objects_dir(checkout: &Path) -> Option<OwnedFd> {
+    let top = open_dir(checkout)?;
+    if let Some(git) = child(&top, ".git") {
+        return child(&git, "objects");
     }
-    let text = std::fs::read_to_string(&dot_git).ok()?;
-    let git_dir = PathBuf::from(text.strip_prefix("gitdir: ")?.trim_end());
-    let git_dir = if git_dir.is_absolute() { git_dir } else { checkout.join(git_dir) };
-    let common = match std::fs::read_to_string(git_dir.join("commondir")) {
-        Ok(common) => {
-            let common = PathBuf::from(common.trim_end());
-            if common.is_absolute() { common } else { git_dir.join(common) }
-        }
-        Err(_) => git_dir,
+    let named = PathBuf::from(read_small(&top, ".git")?.strip_prefix("gitdir: ")?);
+    let git_dir = if named.is_absolute() { named } else { checkout.join(named) };
+    let common = match read_small(&open_dir(&git_dir)?, "commondir") {
+        Some(common) if Path::new(&common).is_absolute() => PathBuf::from(common),
+        Some(common) => git_dir.join(common),
+        None => git_dir,
     };
-    Some(common.join("objects"))
+    child(&open_dir(&common)?, "objects")
 }
 
 #[cfg(test)]
@@ -86,6 +123,18 @@ mod tests {
         options.reference(Some(branch.get()));
         repo.worktree("wt", &worktree, Some(&options)).unwrap();
         assert!(std::fs::symlink_metadata(worktree.join(".git")).unwrap().is_file());
-        assert!(is_fast_forward(&[worktree], &a.to_string(), &b.to_string()));
+        assert!(is_fast_forward(std::slice::from_ref(&worktree), &a.to_string(), &b.to_string()));
+
+        // Links are not followed: a checkout reached through one, or whose `.git` is one.
+        let linked = dir.path().join("linked");
+        std::os::unix::fs::symlink(dir.path(), &linked).unwrap();
+        assert!(!is_fast_forward(&[linked], &a.to_string(), &b.to_string()));
+        let planted = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(dir.path().join(".git"), planted.path().join(".git")).unwrap();
+        assert!(!is_fast_forward(&[planted.path().to_owned()], &a.to_string(), &b.to_string()));
+        // A FIFO where the `.git` file belongs does not hold the check.
+        let fifo = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&fifo.path().join(".git"), Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(!is_fast_forward(&[fifo.path().to_owned()], &a.to_string(), &b.to_string()));
     }
 }

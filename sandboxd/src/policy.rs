@@ -75,7 +75,9 @@ pub enum PolicyError {
     NoWorkDir,
     #[error("bridge port {0} must be between 1024 and 65535, once each")]
     BadPort(u32),
-    #[error("bridge socket {0} is not in an existing directory of its own (its directory is what is bound)")]
+    #[error(
+        "bridge socket {0} is not in an existing directory of its own inside the data directory, reached with no link (its directory is what is bound)"
+    )]
     BadBridgeDir(PathBuf),
     #[error(
         "{field} {path} is not inside the data directory {data_dir}: sandboxd binds only the run's own directories"
@@ -164,9 +166,13 @@ impl RunPolicy {
             let socket = path_of("bridge socket", &bridge.socket)?.ok_or(PolicyError::BadPort(bridge.port))?;
             // The directory is bound, not the socket: the helper that serves it may
             // make it again after a restart (or only after this), and the envelope
-            // must see the new one. So the directory must be there, a real one.
-            let dir_ok = socket.parent().is_some_and(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()));
-            if !dir_ok || socket.file_name().is_none() {
+            // must see the new one. So the directory must be there, a real one inside
+            // the data directory, reached by handle with no link on its path.
+            let dir = socket.parent().filter(|_| socket.file_name().is_some());
+            let dir = dir.ok_or_else(|| PolicyError::BadBridgeDir(socket.clone()))?;
+            let reached = bind_root("bridge directory", dir.as_os_str().as_bytes())
+                .map_err(|_| PolicyError::BadBridgeDir(socket.clone()))?;
+            if reached.is_none_or(|(dir, _)| !dir.starts_with(data_dir) || dir == data_dir) {
                 return Err(PolicyError::BadBridgeDir(socket));
             }
             if bridges.insert(port, socket).is_some() {

@@ -107,10 +107,11 @@ async fn native(w: &World, env: &[(&str, &str)]) -> Option<(Sandboxd, Client)> {
 
 /// A unix socket of the run's own (a stand-in for its egress proxy or push gateway),
 /// belonging to the run's user like its files.
-/// A socket of the run's in a directory of its own (the directory is what is bound).
+/// A socket of the run's in a directory of its own inside the data directory (the
+/// directory is what is bound).
 fn run_socket(w: &World, name: &str) -> (PathBuf, std::os::unix::net::UnixListener) {
     use std::os::unix::fs::PermissionsExt;
-    let dir = w.root.join("bridge");
+    let dir = w.data.join("gateway/r1");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let socket = dir.join(name);

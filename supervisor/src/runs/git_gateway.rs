@@ -7,7 +7,7 @@
 //! a gateway process starts; a run's end closes its door.
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cc_proto::gateway::v1 as gw;
 use serde_json::json;
@@ -40,32 +40,27 @@ pub struct GitHubRepo {
     pub default_branch: Option<String>,
 }
 
-/// Writes the run's git config into its gateway directory. Replaced whole, never
-/// edited in place.
-pub fn write_gitconfig(gateway_dir: &Path) -> std::io::Result<PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
+/// Makes the run's gateway directory, `gateway/runs/<run>` under the data directory,
+/// and writes the run's git config into it. Below the data directory every step goes
+/// by handle and never through a link (the directory is the supervisor's, but nothing
+/// here should rest on that): each directory is made or opened from its parent's
+/// handle, made searchable by the run's user and not listable (sandboxd binds it before
+/// the gateway has made its sockets there), and the config is a new file in it.
+pub fn make_gateway_dir(data_root: &Path, run: &str) -> std::io::Result<()> {
+    use nix::fcntl::{OFlag, open};
+    use nix::sys::stat::{Mode, fchmod};
+    let errno = |e: nix::errno::Errno| std::io::Error::from_raw_os_error(e as i32);
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut dir = open(data_root, flags, Mode::empty()).map_err(errno)?;
+    for name in ["gateway", "runs", run] {
+        cc_host::beneath::create_dir(&dir, name);
+        dir = cc_host::beneath::child_dir(&dir, std::ffi::OsStr::new(name)).map_err(errno)?;
+        fchmod(&dir, Mode::from_bits_truncate(0o711)).map_err(errno)?;
+    }
     let text = cc_gateway::git::rewrite::run_gitconfig(GIT_GATEWAY_PORT).map_err(std::io::Error::other)?;
-    let path = gateway_dir.join(GITCONFIG_NAME);
-    let mut file = tempfile::NamedTempFile::new_in(gateway_dir)?;
-    file.write_all(text.as_bytes())?;
-    // Readable by the run's user (the service user, as root), written by us alone.
-    file.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    file.persist(&path).map_err(|e| e.error)?;
-    Ok(path)
-}
-
-/// The run's gateway directory, made (searchable by the run's user, not listable) so
-/// that sandboxd can bind it before the gateway has made its socket there.
-pub fn make_gateway_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
-    let mut ancestor = Some(dir);
-    for _ in 0..3 {
-        if let Some(d) = ancestor {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
-            ancestor = d.parent();
-        }
+    // A new run's directory: the config is new, made exclusively and never through a link.
+    if !cc_host::beneath::create_file(&dir, GITCONFIG_NAME, text.as_bytes()) {
+        return Err(std::io::Error::other(format!("cannot make {GITCONFIG_NAME} in the run's gateway directory")));
     }
     Ok(())
 }
@@ -121,7 +116,8 @@ impl RunManager {
         if let Err(status) = ended.await {
             tracing::warn!(run = run_id, error = %status.message(), "cannot close the run's git door now");
         }
-        let _ = std::fs::remove_dir_all(self.env.data.gateway_run_dir(run_id));
+        // By handle, never through a link, as every removal of a run's directories.
+        let _ = crate::worktree::remove_tree(&self.env.data.gateway_run_dir(run_id));
     }
 
     /// A gateway process started: every live run is registered with it again.

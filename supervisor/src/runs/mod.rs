@@ -433,7 +433,7 @@ impl RunManager {
                     &RunId::from_wire(run.id.as_str()),
                 ));
                 // And its gateway directory (socket and git config).
-                let _ = std::fs::remove_dir_all(env.data.gateway_run_dir(&run.id));
+                let _ = crate::worktree::remove_tree(&env.data.gateway_run_dir(&run.id));
                 let reason = "the supervisor stopped while the run was live";
                 if env.store.end_run(&run.id, RunState::Failed, now(), reason).is_ok() {
                     env.events.record(
@@ -639,13 +639,11 @@ impl RunManager {
         // when the gateway is told the run below; and the git config pointing there.
         let gateway_dir = self.env.data.gateway_run_dir(&id);
         let gateway_socket = gateway_dir.join(git_gateway::GIT_SOCKET);
-        tokio::task::spawn_blocking(move || {
-            git_gateway::make_gateway_dir(&gateway_dir)?;
-            git_gateway::write_gitconfig(&gateway_dir)
-        })
-        .await
-        .map_err(|e| RunError::Internal(e.to_string()))?
-        .map_err(|e| RunError::Internal(format!("cannot set up the run's git gateway: {e}")))?;
+        let (data_root, gateway_run) = (self.env.data.root().to_owned(), id.clone());
+        tokio::task::spawn_blocking(move || git_gateway::make_gateway_dir(&data_root, &gateway_run))
+            .await
+            .map_err(|e| RunError::Internal(e.to_string()))?
+            .map_err(|e| RunError::Internal(format!("cannot set up the run's git gateway: {e}")))?;
 
         let channels = self.env.channels.clone();
         let mut sandboxd = channels.sandboxd().await?;
