@@ -12,11 +12,15 @@ use cc_proto::client::{self, PresentSecret};
 use cc_proto::secret::PeerSecret;
 use cc_proto::supervisor::v1 as sv;
 use cc_proto::supervisor::v1::gate_client::GateClient;
+use cc_proto::supervisor::v1::runs_client::RunsClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 /// How long a token call may take (the provider's own calls are bounded at 30 s).
 const BROKER_DEADLINE: Duration = Duration::from_secs(40);
+
+/// How long the supervisor may take to store a batch of egress records.
+const RECORD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A token and the lease it belongs to. Its `Debug` never shows the token.
 pub struct Token {
@@ -161,5 +165,14 @@ impl Peers {
         let mut gate = GateClient::new(channel);
         let call = gate.decide_action(sv::DecideActionRequest { action: Some(action) });
         Ok(self.within(&self.supervisor, "supervisor", "DecideAction", self.gate_deadline, call).await?.into_inner())
+    }
+
+    /// Hands what the run's proxies saw to the supervisor ([`crate::door::report`]).
+    pub async fn record_egress(&self, records: Vec<sv::EgressRecord>) -> Result<(), PeerError> {
+        let channel = Self::channel(&self.supervisor, &self.supervisor_socket, "supervisor").await?;
+        let mut runs = RunsClient::new(channel);
+        let call = runs.record_egress(sv::RecordEgressRequest { records });
+        self.within(&self.supervisor, "supervisor", "RecordEgress", RECORD_DEADLINE, call).await?;
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@ use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::paths::DataDir;
 use tonic::{Request, Response, Status};
 
+use crate::door::report::Reporter;
 use crate::door::{DoorError, Doors, EgressConfig, Repository, RunDoor, Shared, Upstream};
 use crate::git::route::is_github_repository;
 use crate::peers::Peers;
@@ -52,18 +53,35 @@ pub fn service(context: &HelperContext) -> Result<GatewayServer<GatewayService>,
         .get("gate_deadline_ms")
         .and_then(|ms| ms.parse().ok())
         .map_or(DEFAULT_GATE_DEADLINE, Duration::from_millis);
-    let peers = Peers::new(
+    let peers = Arc::new(Peers::new(
         data.helper_socket("broker"),
         bootstrap.calls.get("broker").cloned(),
         data.api_socket(),
         gate_deadline,
-    );
+    ));
+    raise_open_files();
     let runs_dir = data.root().join("gateway").join("runs");
     make_searchable(&runs_dir)?;
-    let doors = Doors::new(runs_dir, Shared { peers, upstream: Upstream::new(github)? });
+    let doors = Doors::new(
+        runs_dir,
+        Shared { reporter: Reporter::new(peers.clone()), peers, upstream: Upstream::new(github)? },
+    );
     tracing::info!(github, "forwarding runs' git to");
     Ok(GatewayServer::new(GatewayService { context: context.clone(), doors: Arc::new(doors) })
         .max_decoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// Each tunnel holds two descriptors and every run may hold 256 of them: take the
+/// whole hard limit rather than the soft one a shell hands down (often 1024).
+fn raise_open_files() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!(from = soft, to = hard, "raised the open-file limit"),
+            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the open-file limit"),
+        },
+        _ => {}
+    }
 }
 
 /// `gateway/runs`: searchable (not listable) by the run's user, whose envelopes are

@@ -81,6 +81,17 @@ const MIGRATIONS: &[&str] = &[
         created_unix_ms INTEGER NOT NULL,
         PRIMARY KEY (workspace, entry)
     );",
+    // 6: what each run's egress proxies carried and refused, per destination.
+    "CREATE TABLE egress_traffic (
+        run TEXT NOT NULL,
+        host TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        connections INTEGER NOT NULL DEFAULT 0,
+        bytes_sent INTEGER NOT NULL DEFAULT 0,
+        bytes_received INTEGER NOT NULL DEFAULT 0,
+        denied INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run, host, port)
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -185,14 +185,19 @@ impl Supervisor {
         cc_client::connect(&self.api_socket()).await.expect("connect to api.sock")
     }
 
-    /// pid of each helper, by name, from a live status.
+    /// pid of each running helper, by name, from a live status. A helper without a
+    /// process is left out rather than given pid 0, which `kill` reads as "my whole
+    /// process group": a test killing a helper that had not started would kill itself.
     pub fn helper_pids(&self) -> Vec<(String, u32)> {
         let status = self.ccctl_json(&["status"]);
         status["helpers"]
             .as_array()
             .expect("helpers")
             .iter()
-            .map(|h| (h["name"].as_str().unwrap().to_owned(), h["pid"].as_u64().unwrap_or(0) as u32))
+            .filter_map(|h| {
+                let pid = h["pid"].as_u64().filter(|pid| *pid > 0)?;
+                Some((h["name"].as_str().unwrap().to_owned(), pid as u32))
+            })
             .collect()
     }
 

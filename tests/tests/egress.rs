@@ -219,3 +219,147 @@ fn a_workspace_allowlist_is_read_by_runs_that_start_after_it() {
     assert!(sup.ccctl(&["workspace", "egress", "default", "rm", "ws.example.test"]).status.success());
     assert!(text(&sup.ccctl(&["workspace", "egress", "default", "list"])).0.is_empty());
 }
+
+/// Every refusal is an `egress_denied` event naming host, port and rule; what was
+/// allowed is counted per destination in `ccctl run show`.
+#[test]
+fn denials_become_events_and_traffic_is_counted_per_destination() {
+    let w = world();
+    let sup = &w.f.sup;
+    let run = w.run("on");
+    let port = w.port;
+    let (stdout, _) = w.bash(
+        &run,
+        &format!(
+            "curl -sS -m 10 http://allowed.example.test:{port}/; echo\n\
+             curl -sS -m 10 -x socks5h://127.0.0.1:41081 http://allowed.example.test:{port}/; echo\n\
+             curl -s -o /dev/null -m 10 http://other.example.test:{port}/\n\
+             curl -s -o /dev/null -m 10 http://other.example.test:{port}/"
+        ),
+    );
+    assert_eq!(stdout.matches("hello from upstream").count(), 2, "{stdout}");
+    let denied = sup.await_event(Duration::from_secs(10), |e| {
+        e.kind == "egress_denied" && cc_tests::payload(e)["host"] == "other.example.test"
+    });
+    let p = cc_tests::payload(&denied);
+    assert_eq!((p["port"].as_u64(), p["rule"].as_str()), (Some(port.into()), Some("not_on_allowlist")), "{p}");
+    assert_eq!(denied.subject, format!("run:{run}"));
+
+    // Both connections and their bytes, once both tunnels have closed and been reported.
+    let mut shown = serde_json::Value::Null;
+    eventually(Duration::from_secs(10), "the run's traffic is counted", || {
+        shown = sup.ccctl_json(&["run", "show", &run]);
+        let traffic = shown["egress_traffic"].as_array().cloned().unwrap_or_default();
+        let of = |host: &str| traffic.iter().find(|t| t["host"] == host).cloned().unwrap_or_default();
+        let (allowed, other) = (of("allowed.example.test"), of("other.example.test"));
+        allowed["connections"] == 2
+            && allowed["bytes_received"].as_u64().unwrap_or(0) > 2 * "hello from upstream".len() as u64
+            && allowed["bytes_sent"].as_u64().unwrap_or(0) > 0
+            && other["denied"] == 2
+            && other["connections"] == 0
+    });
+    let human = text(&sup.ccctl(&["run", "show", &run])).0;
+    assert!(
+        human.lines().any(|l| l.contains(&format!("allowed.example.test:{port}")) && l.contains("2 connections")),
+        "{human}"
+    );
+
+    // A run whose network is off is refused and recorded all the same.
+    let off = w.run("off");
+    w.bash(&off, &format!("curl -s -o /dev/null -m 10 http://allowed.example.test:{port}/"));
+    let refused =
+        sup.await_event(Duration::from_secs(10), |e| e.kind == "egress_denied" && e.subject == format!("run:{off}"));
+    assert_eq!(cc_tests::payload(&refused)["rule"], "network_off");
+}
+
+/// A hostile run's requests: control bytes and over-long names in CONNECT targets and
+/// SOCKS names are refused; a run holding more tunnels than its cap gets 503 past it,
+/// and another run is served all the while.
+#[test]
+fn hostile_requests_are_refused_and_one_run_cannot_starve_another() {
+    let w = world();
+    let (greedy, other) = (w.run("on"), w.run("on"));
+    let port = w.port;
+    let long = "a".repeat(300);
+    let script = format!(
+        r#"
+import socket
+def ask(raw, proxy=41080):
+    s = socket.create_connection(("127.0.0.1", proxy), timeout=10)
+    s.sendall(raw)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data and len(data) < 4096:
+            chunk = s.recv(4096)
+            if not chunk: break
+            data += chunk
+    except OSError:
+        pass
+    s.close()
+    return data
+def http(target):
+    data = ask(b"CONNECT " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    line = data.split(b"\r\n")[0].decode(errors="replace")
+    reason = [l for l in data.split(b"\r\n") if l.lower().startswith(b"x-cc-egress-denied")]
+    print("http", line.split(" ")[1] if " " in line else "closed", reason[0].decode() if reason else "-")
+def socks(name):
+    data = ask(b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + ({port}).to_bytes(2, "big"), 41081)
+    print("socks", data[3] if len(data) > 3 else "closed")
+http(b"allowed.example.test\r\nX: y:{port}")
+http(b"allowed.example.test\x00.evil.test:{port}")
+http(b"allowed.example.test%25eth0:{port}")
+http(b"{long}.test:{port}")
+socks(b"allowed.example.test\r\n")
+socks(b"allowed\x00.example.test")
+socks(b"{long_socks}")
+http(b"allowed.example.test:{port}")
+"#,
+        long_socks = "a".repeat(255),
+    );
+    let (stdout, stderr) = w.bash(&greedy, &format!("python3 - <<'PY'\n{script}\nPY"));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 8, "{stdout}\n{stderr}");
+    for line in &lines[..4] {
+        assert!(line.starts_with("http 400") || line.starts_with("http 403"), "{stdout}");
+    }
+    for line in &lines[4..7] {
+        assert!(line.starts_with("socks ") && *line != "socks 0" && *line != "socks closed", "{stdout}");
+    }
+    assert!(lines[7].starts_with("http 200"), "the same run is still served: {stdout}");
+
+    // 500 tunnels at once from the greedy run (held by the test, on the run's own
+    // socket): the cap's worth are established, every one past it is a 503.
+    let socket = w.f.sup.data_dir.join("gateway/runs").join(&greedy).join("http.sock");
+    // The test holds 500 sockets and its server 256 more: past a 1024 soft limit.
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..500 {
+        let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        s.write_all(format!("CONNECT allowed.example.test:{port} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+        held.push(s);
+    }
+    let mut answers = std::collections::BTreeMap::<String, usize>::new();
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap_or(0);
+        let head = String::from_utf8_lossy(&buf[..n]);
+        *answers.entry(head.split(' ').nth(1).unwrap_or("closed").to_owned()).or_default() += 1;
+    }
+    assert_eq!(answers.get("200"), Some(&256), "{answers:?}");
+    assert_eq!(answers.get("503"), Some(&244), "{answers:?}");
+
+    // Meanwhile the other run is served, and the greedy one is refused at its cap.
+    let fetch = format!("curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://allowed.example.test:{port}/");
+    assert_eq!(w.bash(&other, &fetch).0.trim(), "200");
+    assert_eq!(w.bash(&greedy, &fetch).0.trim(), "503");
+    let refused = w.f.sup.await_event(Duration::from_secs(10), |e| {
+        e.kind == "egress_denied" && cc_tests::payload(e)["rule"] == "too_many_connections"
+    });
+    assert_eq!(refused.subject, format!("run:{greedy}"));
+    drop(held);
+    eventually(Duration::from_secs(10), "the greedy run's tunnels are given back", || {
+        w.bash(&greedy, &fetch).0.trim() == "200"
+    });
+}

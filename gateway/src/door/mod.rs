@@ -10,6 +10,7 @@
 mod front;
 mod proxy;
 mod push;
+pub mod report;
 mod upstream;
 
 use std::collections::HashMap;
@@ -71,8 +72,9 @@ impl RunDoor {
 
 /// What every door shares: its callees and the upstream.
 pub struct Shared {
-    pub peers: Peers,
+    pub peers: Arc<Peers>,
     pub upstream: Upstream,
+    pub reporter: report::Reporter,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,21 +151,35 @@ impl Doors {
         {
             let (door, shared) = (door.clone(), self.shared.clone());
             let slots = Arc::new(Semaphore::new(MAX_GIT_CONNECTIONS));
-            let limit = (slots, proxy::too_many as fn(UnixStream));
+            let limit: Limit = (slots, Arc::new(proxy::too_many));
             tokio::spawn(accept(git, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 serve_git(stream, door.clone(), shared.clone())
             }));
         }
         {
             let (egress, shared) = (egress.clone(), self.shared.clone());
-            let limit = (tunnels.clone(), proxy::too_many as fn(UnixStream));
+            let full = {
+                let (egress, shared) = (egress.clone(), shared.clone());
+                move |stream| {
+                    egress.refuse_too_many(&shared);
+                    proxy::too_many(stream);
+                }
+            };
+            let limit: Limit = (tunnels.clone(), Arc::new(full));
             tokio::spawn(accept(http, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 proxy::http(stream, egress.clone(), shared.clone())
             }));
         }
         {
             let (egress, shared) = (egress.clone(), self.shared.clone());
-            let limit = (tunnels, drop as fn(UnixStream));
+            let full = {
+                let (egress, shared) = (egress.clone(), shared.clone());
+                move |stream: UnixStream| {
+                    egress.refuse_too_many(&shared);
+                    drop(stream);
+                }
+            };
+            let limit: Limit = (tunnels, Arc::new(full));
             tokio::spawn(accept(socks, door.run_id.clone(), allowed, stopped, limit, move |stream| {
                 proxy::socks(stream, egress.clone(), shared.clone())
             }));
@@ -211,6 +227,9 @@ struct Allowed {
     ours: Option<u32>,
 }
 
+/// A door's connection slots, and what a connection past them gets.
+type Limit = (Arc<Semaphore>, Arc<dyn Fn(UnixStream) + Send + Sync>);
+
 /// Accepts connections from the run's user until the run's doors close, each served
 /// by `handle` while it holds one of `slots`; one past them is given to `full` (an
 /// HTTP 503, or closed) and dropped at once.
@@ -219,7 +238,7 @@ async fn accept<F, Fut>(
     run: String,
     allowed: Allowed,
     mut stopped: watch::Receiver<()>,
-    (slots, full): (Arc<Semaphore>, fn(UnixStream)),
+    (slots, full): Limit,
     handle: F,
 ) where
     F: Fn(UnixStream) -> Fut + Send + 'static,

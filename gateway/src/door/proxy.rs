@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use cc_proto::common::v1::{Decision, EffectClass};
@@ -15,6 +17,7 @@ use cc_proto::supervisor::v1 as sv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::report::{Seen, What};
 use super::{RunDoor, Shared};
 use crate::egress::allowlist::{Allowlist, Entry};
 use crate::egress::decide::{Denial, EgressPolicy, codes};
@@ -32,6 +35,11 @@ const DIAL: Duration = Duration::from_secs(10);
 const NETWORK_OFF: &str = "network_off";
 const GATE_DENIED: &str = "gate_denied";
 const UNREACHABLE: &str = "upstream_unreachable";
+const BAD_REQUEST: &str = "bad_request";
+const HANDSHAKE_TIMEOUT: &str = "handshake_timeout";
+const TOO_MANY: &str = "too_many_connections";
+/// The host of a refusal whose request could not be read.
+const UNREAD: &str = "(unreadable request)";
 
 /// A run's network as the supervisor gave it, comparable (a run told again with the
 /// same policy keeps its doors).
@@ -86,8 +94,32 @@ impl EgressRun {
         })
     }
 
+    fn denied(&self, shared: &Shared, host: &str, port: u16, rule: &'static str, reason: &str) {
+        tracing::info!(run = %self.run_id, host = %host.escape_debug(), port, rule, reason, "egress denied");
+        let what = What::Denied { rule, reason: reason.to_owned() };
+        shared.reporter.report(Seen { run_id: self.run_id.clone(), host: host.to_owned(), port, what });
+    }
+
+    fn seen(&self, shared: &Shared, host: &Host, port: u16, what: What) {
+        shared.reporter.report(Seen { run_id: self.run_id.clone(), host: host_word(host), port, what });
+    }
+
+    /// A connection past the run's cap: refused and recorded.
+    pub fn refuse_too_many(&self, shared: &Shared) {
+        let reason = format!("this run holds {} connections through its proxies already", super::MAX_TUNNELS);
+        self.denied(shared, "(any)", 0, TOO_MANY, &reason);
+    }
+
+    /// Copies both ways until either side is done, then records the bytes: counted as
+    /// they pass, so a connection that ends in an error still counts what it carried.
+    async fn carry(&self, shared: &Shared, host: &Host, port: u16, client: UnixStream, upstream: &mut TcpStream) {
+        let mut client = Counted::new(client);
+        let _ = tokio::io::copy_bidirectional(&mut client, upstream).await;
+        self.seen(shared, host, port, What::Closed { sent: client.read, received: client.written });
+    }
+
     /// The decision, then the dial: a connection to a checked address, or why not.
-    async fn connect(&self, shared: &Shared, raw_host: &str, port: u16) -> Result<TcpStream, Denial> {
+    async fn connect(&self, shared: &Shared, raw_host: &str, port: u16) -> Result<(Host, TcpStream), Denial> {
         if !self.network {
             return Err(denial(NETWORK_OFF, "this run's network is off (ccctl run start --network on)".into()));
         }
@@ -104,7 +136,8 @@ impl EgressRun {
         match tokio::time::timeout(DIAL, TcpStream::connect(&dial[..])).await {
             Ok(Ok(stream)) => {
                 tracing::info!(run = %self.run_id, host = %admitted.host, port, rule = %admitted.rule, "egress allowed");
-                Ok(stream)
+                self.seen(shared, &admitted.host, port, What::Opened);
+                Ok((admitted.host, stream))
             }
             Ok(Err(e)) => Err(denial(UNREACHABLE, format!("{}:{port} cannot be reached: {e}", admitted.host))),
             Err(_) => Err(denial(UNREACHABLE, format!("{}:{port} did not answer within {DIAL:?}", admitted.host))),
@@ -191,12 +224,7 @@ fn status_of(code: &str) -> (u16, &'static str) {
 
 /// A connection past the run's cap: 503, and closed.
 pub fn too_many(stream: UnixStream) {
-    let head = http_request::refusal(
-        503,
-        "Service Unavailable",
-        "too_many_connections",
-        "this run holds too many connections",
-    );
+    let head = http_request::refusal(503, "Service Unavailable", TOO_MANY, "this run holds too many connections");
     if let Ok(std) = stream.into_std() {
         let _ = std.set_nonblocking(false);
         let _ = std::io::Write::write_all(&mut &std, &head);
@@ -212,37 +240,42 @@ async fn read_more(stream: &mut UnixStream, buf: &mut Vec<u8>) -> std::io::Resul
 
 /// The HTTP proxy, one request per connection.
 pub async fn http(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shared>) {
+    // Ok(None): the client went away without a byte.
     let head = async {
         let mut buf = Vec::new();
         loop {
             match http_request::parse(&buf) {
-                Ok(Some(request)) => return Ok((request, buf)),
+                Ok(Some(request)) => return Ok(Some((request, buf))),
                 Ok(None) => {}
                 Err(e) => return Err(e.to_string()),
             }
             match read_more(&mut client, &mut buf).await {
                 Ok(true) => {}
+                _ if buf.is_empty() => return Ok(None),
                 _ => return Err("the client closed before its request was complete".into()),
             }
         }
     };
     let (request, buf) = match tokio::time::timeout(HANDSHAKE, head).await {
-        Ok(Ok(read)) => read,
+        Ok(Ok(Some(read))) => read,
+        Ok(Ok(None)) => return,
         Ok(Err(why)) => {
-            let _ = client.write_all(&http_request::refusal(400, "Bad Request", codes::BAD_HOST, &why)).await;
+            run.denied(&shared, UNREAD, 0, BAD_REQUEST, &why);
+            let _ = client.write_all(&http_request::refusal(400, "Bad Request", BAD_REQUEST, &why)).await;
             return;
         }
         Err(_) => {
             let why = format!("no complete request within {HANDSHAKE:?}");
-            let _ = client.write_all(&http_request::refusal(408, "Request Timeout", "handshake_timeout", &why)).await;
+            run.denied(&shared, UNREAD, 0, HANDSHAKE_TIMEOUT, &why);
+            let _ = client.write_all(&http_request::refusal(408, "Request Timeout", HANDSHAKE_TIMEOUT, &why)).await;
             return;
         }
     };
     let target = &request.target;
-    let mut upstream = match run.connect(&shared, target.host(), target.port()).await {
-        Ok(upstream) => upstream,
+    let (host, mut upstream) = match run.connect(&shared, target.host(), target.port()).await {
+        Ok(connected) => connected,
         Err(d) => {
-            tracing::info!(run = %run.run_id, host = %target.host(), port = target.port(), code = d.code, reason = %d.message, "egress denied");
+            run.denied(&shared, target.host(), target.port(), d.code, &d.message);
             let (status, words) = status_of(d.code);
             let _ = client.write_all(&http_request::refusal(status, words, d.code, &d.message)).await;
             return;
@@ -263,7 +296,7 @@ pub async fn http(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Share
             .and(upstream.write_all(rest).await),
     };
     if sent.is_ok() {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        run.carry(&shared, &host, target.port(), client, &mut upstream).await;
     }
 }
 
@@ -288,50 +321,64 @@ fn origin_form(request: &http_request::ProxyRequest, method: &str, host: &str, p
 
 /// The SOCKS5 proxy: no authentication (the socket is the run's alone), CONNECT only.
 pub async fn socks(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shared>) {
+    // Ok(None): the client went away before asking anything.
     let handshake = async {
         let mut buf = Vec::new();
         let (greeting, used) = loop {
             match socks::parse_greeting(&buf) {
                 Ok(Some(read)) => break read,
                 Ok(None) if read_more(&mut client, &mut buf).await.unwrap_or(false) => {}
-                _ => return None,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(e.to_string()),
             }
         };
         if !greeting.methods.contains(&socks::NO_AUTH) {
             let _ = client.write_all(&[socks::VERSION, socks::NO_ACCEPTABLE_METHOD]).await;
-            return None;
+            return Err("the client offers no method this proxy takes (no authentication)".to_owned());
         }
-        client.write_all(&[socks::VERSION, socks::NO_AUTH]).await.ok()?;
+        if client.write_all(&[socks::VERSION, socks::NO_AUTH]).await.is_err() {
+            return Ok(None);
+        }
         buf.drain(..used);
         loop {
             match socks::parse_request(&buf) {
-                Ok(Some((request, used))) => return Some((request, buf.split_off(used))),
+                Ok(Some((request, used))) => return Ok(Some((request, buf.split_off(used)))),
                 Ok(None) if read_more(&mut client, &mut buf).await.unwrap_or(false) => {}
-                Ok(None) => return None,
-                Err(socks::SocksError::AddressType(_)) => {
-                    let _ = client.write_all(&socks::reply(socks::reply::ADDRESS_TYPE_NOT_SUPPORTED, None)).await;
-                    return None;
-                }
-                Err(_) => {
-                    let _ = client.write_all(&socks::reply(socks::reply::GENERAL_FAILURE, None)).await;
-                    return None;
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let code = match e {
+                        socks::SocksError::AddressType(_) => socks::reply::ADDRESS_TYPE_NOT_SUPPORTED,
+                        _ => socks::reply::GENERAL_FAILURE,
+                    };
+                    let _ = client.write_all(&socks::reply(code, None)).await;
+                    return Err(e.to_string());
                 }
             }
         }
     };
-    let Ok(Some((request, rest))) = tokio::time::timeout(HANDSHAKE, handshake).await else { return };
-    if request.command != socks::Command::Connect {
-        let _ = client.write_all(&socks::reply(socks::reply::COMMAND_NOT_SUPPORTED, None)).await;
-        return;
-    }
+    let (request, rest) = match tokio::time::timeout(HANDSHAKE, handshake).await {
+        Ok(Ok(Some(read))) => read,
+        Ok(Ok(None)) => return,
+        Ok(Err(why)) => return run.denied(&shared, UNREAD, 0, BAD_REQUEST, &why),
+        Err(_) => {
+            let why = format!("no complete request within {HANDSHAKE:?}");
+            return run.denied(&shared, UNREAD, 0, HANDSHAKE_TIMEOUT, &why);
+        }
+    };
     let host = match &request.address {
         socks::Address::Ip(ip) => Host::Ip(*ip).to_string(),
         socks::Address::Name(name) => name.clone(),
     };
-    let mut upstream = match run.connect(&shared, &host, request.port).await {
-        Ok(upstream) => upstream,
+    if request.command != socks::Command::Connect {
+        let why = format!("SOCKS {:?} is not offered: only CONNECT", request.command);
+        run.denied(&shared, &host, request.port, BAD_REQUEST, &why);
+        let _ = client.write_all(&socks::reply(socks::reply::COMMAND_NOT_SUPPORTED, None)).await;
+        return;
+    }
+    let (canonical, mut upstream) = match run.connect(&shared, &host, request.port).await {
+        Ok(connected) => connected,
         Err(d) => {
-            tracing::info!(run = %run.run_id, host = %host.escape_debug(), port = request.port, code = d.code, reason = %d.message, "egress denied");
+            run.denied(&shared, &host, request.port, d.code, &d.message);
             let code = match d.code {
                 codes::NO_ADDRESS | UNREACHABLE => socks::reply::HOST_UNREACHABLE,
                 _ => socks::reply::NOT_ALLOWED,
@@ -344,6 +391,51 @@ pub async fn socks(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shar
     if client.write_all(&socks::reply(socks::reply::SUCCEEDED, bound)).await.is_ok()
         && upstream.write_all(&rest).await.is_ok()
     {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        run.carry(&shared, &canonical, request.port, client, &mut upstream).await;
+    }
+}
+
+/// The client's side of a tunnel, counting what passes: `read` from the run, `written`
+/// to it.
+struct Counted {
+    inner: UnixStream,
+    read: u64,
+    written: u64,
+}
+
+impl Counted {
+    fn new(inner: UnixStream) -> Counted {
+        Counted { inner, read: 0, written: 0 }
+    }
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.read += (buf.filled().len() - before) as u64;
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.written += n as u64;
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

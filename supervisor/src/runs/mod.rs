@@ -21,6 +21,7 @@ pub mod record;
 mod runner;
 pub mod service;
 pub mod tools;
+pub mod traffic;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@ use cc_proto::time::{optional_timestamp, timestamp};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use super::traffic::MAX_RECORDS;
 use super::{RunManager, RunRecord, RunState, StartRequest};
 use crate::convert::path_bytes;
 use crate::gate::wire;
@@ -38,6 +39,13 @@ impl RunsService {
                 cpu_usec: usage.cpu_usec,
             }
         });
+        let egress_traffic = match self.manager.egress_traffic(&r.id) {
+            Ok(traffic) => traffic.iter().map(|t| t.to_proto()).collect(),
+            Err(e) => {
+                tracing::warn!(run = %r.id, error = %e, "cannot read the run's egress traffic");
+                Vec::new()
+            }
+        };
         let tools = cc_policy::tools::registry(r.mode, r.network).iter().map(|t| t.name.to_owned()).collect();
         pb::Run {
             state: run_state(r.state) as i32,
@@ -57,6 +65,7 @@ impl RunsService {
             resources,
             git_gateway_bridged,
             git_gateway_port: if git_gateway_bridged { crate::runs::git_gateway::GIT_GATEWAY_PORT.into() } else { 0 },
+            egress_traffic,
         }
     }
 }
@@ -126,5 +135,24 @@ impl Runs for RunsService {
             return Err(Status::invalid_argument("the request has no call"));
         }
         Ok(Response::new(self.manager.call_tool(&RunId::from_wire(r.run_id), r.tool).await?))
+    }
+
+    async fn record_egress(
+        &self,
+        request: Request<pb::RecordEgressRequest>,
+    ) -> Result<Response<pb::RecordEgressResponse>, Status> {
+        let records = request.into_inner().records;
+        if records.len() > MAX_RECORDS {
+            return Err(Status::invalid_argument(format!(
+                "{} egress records in one request; send at most {MAX_RECORDS}",
+                records.len()
+            )));
+        }
+        let manager = self.manager.clone();
+        let recorded = tokio::task::spawn_blocking(move || manager.record_egress(records))
+            .await
+            .map_err(|e| Status::internal(format!("recording egress failed: {e}")))?
+            .map_err(|e| Status::internal(format!("cannot record egress: {e}")))?;
+        Ok(Response::new(pb::RecordEgressResponse { recorded }))
     }
 }

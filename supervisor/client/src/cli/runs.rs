@@ -169,7 +169,37 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
         "work_dir": lossy(&r.work_dir),
         "resources": super::limits::resources_json(r.resources.as_ref()),
         "git_gateway_bridged": r.git_gateway_bridged, "git_gateway_port": r.git_gateway_port,
+        "egress_traffic": r.egress_traffic.iter().map(|t| json!({
+            "host": t.host, "port": t.port, "connections": t.connections,
+            "bytes_sent": t.bytes_sent, "bytes_received": t.bytes_received, "denied": t.denied,
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// The run's egress per destination, one line each (hosts were escaped by the supervisor).
+fn print_egress(r: &pb::Run) {
+    if !r.network && r.egress_traffic.is_empty() {
+        println!("network: off");
+        return;
+    }
+    let state = if r.network { "on" } else { "off" };
+    if r.egress_traffic.is_empty() {
+        println!("network: {state}; no connection yet");
+        return;
+    }
+    println!("network: {state}; per destination:");
+    for t in &r.egress_traffic {
+        let host = if t.host.contains(':') { format!("[{}]", t.host) } else { t.host.clone() };
+        println!(
+            "  {host}:{}  {} connection{}  {} sent  {} received  {} denied",
+            t.port,
+            t.connections,
+            if t.connections == 1 { "" } else { "s" },
+            super::limits::bytes(t.bytes_sent),
+            super::limits::bytes(t.bytes_received),
+            t.denied
+        );
+    }
 }
 
 fn print_run(r: &pb::Run) {
@@ -235,6 +265,7 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
                 print_run(&run);
                 println!("work dir: {}", lossy(&run.work_dir));
                 println!("tools: {}", run.tools.join(", "));
+                print_egress(&run);
             }
         }
         RunAction::Stop { id } => {

@@ -1,0 +1,188 @@
+//! What runs' egress proxies saw, as the gateway reports it: per run and destination,
+//! connections, bytes and denials in `state.db`, and an `egress_denied` event for each
+//! refusal. The gateway keeps none of it, so a restarted gateway loses at most the
+//! bytes of the tunnels that were open when it died.
+
+use cc_proto::supervisor::v1 as pb;
+use rusqlite::params;
+use serde_json::json;
+
+use super::RunManager;
+use crate::store::{Store, StoreError};
+
+/// Records one request may carry: the gateway sends batches far smaller.
+pub const MAX_RECORDS: usize = 1024;
+/// A host longer than this is cut, with a mark: the proxy refuses names past 253
+/// bytes, but the refusal of an over-long one names what it was sent.
+const HOST_CHARS: usize = 300;
+const REASON_CHARS: usize = 500;
+
+/// One destination's totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub host: String,
+    pub port: u16,
+    pub connections: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub denied: u64,
+}
+
+impl Traffic {
+    pub fn to_proto(&self) -> pb::EgressTraffic {
+        pb::EgressTraffic {
+            host: self.host.clone(),
+            port: self.port.into(),
+            connections: self.connections,
+            bytes_sent: self.bytes_sent,
+            bytes_received: self.bytes_received,
+            denied: self.denied,
+        }
+    }
+}
+
+/// `text` cut to `max` characters, control characters escaped: it came from an agent.
+pub fn printable(text: &str, max: usize) -> String {
+    let mut out: String = text.chars().flat_map(char::escape_debug).take(max).collect();
+    if text.chars().flat_map(char::escape_debug).nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+impl Store {
+    /// Adds to the run's totals for one destination.
+    pub fn add_egress_traffic(&self, run: &str, host: &str, port: u16, add: &Traffic) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "INSERT INTO egress_traffic (run, host, port, connections, bytes_sent, bytes_received, denied)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (run, host, port) DO UPDATE SET
+                connections = connections + excluded.connections,
+                bytes_sent = bytes_sent + excluded.bytes_sent,
+                bytes_received = bytes_received + excluded.bytes_received,
+                denied = denied + excluded.denied",
+            params![
+                run,
+                host,
+                port,
+                clamp(add.connections),
+                clamp(add.bytes_sent),
+                clamp(add.bytes_received),
+                clamp(add.denied)
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The run's destinations, the most bytes first, then the most connections.
+    pub fn egress_traffic(&self, run: &str) -> Result<Vec<Traffic>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT host, port, connections, bytes_sent, bytes_received, denied FROM egress_traffic
+             WHERE run = ?1 ORDER BY bytes_sent + bytes_received DESC, connections DESC, denied DESC, host, port",
+        )?;
+        let rows = stmt.query_map([run], |r| {
+            Ok(Traffic {
+                host: r.get(0)?,
+                port: r.get::<_, i64>(1)?.try_into().unwrap_or(0),
+                connections: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
+                bytes_sent: r.get::<_, i64>(3)?.try_into().unwrap_or(0),
+                bytes_received: r.get::<_, i64>(4)?.try_into().unwrap_or(0),
+                denied: r.get::<_, i64>(5)?.try_into().unwrap_or(0),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// SQLite integers are signed.
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl RunManager {
+    /// Stores what the gateway reports. A record of a run this supervisor never
+    /// started is skipped; one of an ended run is kept (its last tunnels close late).
+    pub fn record_egress(&self, records: Vec<pb::EgressRecord>) -> Result<u32, StoreError> {
+        let store = &self.env.store;
+        let mut recorded = 0;
+        for record in records {
+            if store.run(&record.run_id)?.is_none() {
+                continue;
+            }
+            let host = printable(&record.host, HOST_CHARS);
+            let port = u16::try_from(record.port).unwrap_or(0);
+            let add = match record.outcome {
+                Some(pb::egress_record::Outcome::Denied(denied)) => {
+                    let count = denied.count.max(1);
+                    let payload = json!({
+                        "run_id": record.run_id,
+                        "host": host,
+                        "port": port,
+                        "rule": printable(&denied.rule, 64),
+                        "reason": printable(&denied.reason, REASON_CHARS),
+                        "count": count,
+                    });
+                    self.env.events.record("egress_denied", &format!("run:{}", record.run_id), payload);
+                    Traffic { denied: count.into(), ..Traffic::default() }
+                }
+                Some(pb::egress_record::Outcome::Carried(carried)) => Traffic {
+                    connections: carried.connections.into(),
+                    bytes_sent: carried.bytes_sent,
+                    bytes_received: carried.bytes_received,
+                    ..Traffic::default()
+                },
+                None => continue,
+            };
+            store.add_egress_traffic(&record.run_id, &host, port, &add)?;
+            recorded += 1;
+        }
+        Ok(recorded)
+    }
+
+    /// The run's egress per destination.
+    pub fn egress_traffic(&self, run: &str) -> Result<Vec<Traffic>, StoreError> {
+        self.env.store.egress_traffic(run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_add_up_per_destination_and_sort_by_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("state.db")).unwrap();
+        let open = Traffic { connections: 1, ..Traffic::default() };
+        store.add_egress_traffic("r1", "a.test", 443, &open).unwrap();
+        store.add_egress_traffic("r1", "a.test", 443, &open).unwrap();
+        store
+            .add_egress_traffic(
+                "r1",
+                "a.test",
+                443,
+                &Traffic { bytes_sent: 5, bytes_received: 7, ..Default::default() },
+            )
+            .unwrap();
+        store.add_egress_traffic("r1", "b.test", 80, &Traffic { bytes_received: 100, ..Default::default() }).unwrap();
+        store.add_egress_traffic("r1", "c.test", 443, &Traffic { denied: 3, ..Default::default() }).unwrap();
+        store.add_egress_traffic("r2", "a.test", 443, &open).unwrap();
+        let traffic = store.egress_traffic("r1").unwrap();
+        let summary: Vec<(&str, u64, u64, u64, u64)> = traffic
+            .iter()
+            .map(|t| (t.host.as_str(), t.connections, t.bytes_sent, t.bytes_received, t.denied))
+            .collect();
+        assert_eq!(summary, vec![("b.test", 0, 0, 100, 0), ("a.test", 2, 5, 7, 0), ("c.test", 0, 0, 0, 3)]);
+        // Counts past SQLite's signed range stay at its top instead of wrapping.
+        store.add_egress_traffic("r3", "x.test", 1, &Traffic { bytes_sent: u64::MAX, ..Default::default() }).unwrap();
+        assert_eq!(store.egress_traffic("r3").unwrap()[0].bytes_sent, i64::MAX as u64);
+    }
+
+    #[test]
+    fn hosts_from_an_agent_are_escaped_and_cut() {
+        assert_eq!(printable("a\r\nb\0", 100), "a\\r\\nb\\0");
+        assert_eq!(printable(&"x".repeat(10), 4), "xxxx…");
+        assert_eq!(printable("plain.test", 10), "plain.test");
+    }
+}
