@@ -24,6 +24,12 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "cc-bench git skipped: it runs git in envelopes as the service user and needs root"
 fi
+# srt's HTTP proxy alone (bench/srt-proxy.mjs), when the package installed above.
+srt_proxy=
+if [ -d target/bench-srt/node_modules/@anthropic-ai/sandbox-runtime ]; then
+  srt_proxy="node bench/srt-proxy.mjs target/bench-srt/node_modules/@anthropic-ai/sandbox-runtime"
+fi
+./target/release/cc-bench egress "$srt_proxy"
 if [ "$(id -u)" = 0 ]; then
   ./target/release/cc-bench limits
 else

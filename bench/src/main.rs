@@ -15,6 +15,8 @@
 //!   -9 of sandboxd until every run's bash works again.
 //! * `git`: a 100 MB push and fetch through the git gateway vs straight to the same
 //!   upstream, the gateway's peak memory, and the latency a push that sends nothing adds.
+//! * `egress`: 1 GiB through a run's CONNECT tunnel vs straight over loopback (and
+//!   through srt's proxy), and the connect latency the proxy adds.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -26,6 +28,7 @@ use anyhow::{Context, bail};
 use cc_proto::supervisor::v1 as pb;
 
 mod corpus;
+mod egress;
 mod gate;
 mod git;
 mod limits;
@@ -46,6 +49,7 @@ fn main() -> anyhow::Result<()> {
         "limits" => limits::run().and_then(|()| neighbours::run()),
         "load" => load::run(),
         "git" => git::run(),
+        "egress" => egress::run(std::env::args().nth(2)),
         other => {
             bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git)")
         }

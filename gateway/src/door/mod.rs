@@ -11,6 +11,7 @@ mod front;
 mod proxy;
 mod push;
 pub mod report;
+mod splice;
 mod upstream;
 
 use std::collections::HashMap;
