@@ -15,7 +15,7 @@ use cc_proto::paths::DataDir;
 use tonic::{Request, Response, Status};
 
 use crate::door::report::Reporter;
-use crate::door::{DoorError, Doors, EgressConfig, Repository, RunDoor, Shared, Upstream};
+use crate::door::{DoorError, Doors, EgressConfig, Loopback, Repository, RunDoor, Shared, Upstream};
 use crate::git::route::is_github_repository;
 use crate::peers::Peers;
 
@@ -133,6 +133,12 @@ fn run_door(r: pb::RegisterRunRequest) -> Result<RunDoor, Status> {
         allow: pairs(egress.allow),
         deny: pairs(egress.deny),
         resolve: egress.resolve.into_iter().map(|o| (o.host, o.addresses)).collect(),
+        loopback: match egress.loopback {
+            Some(l) => Some(
+                Loopback::new(l.http_port, l.socks_port, l.username, l.password).map_err(Status::invalid_argument)?,
+            ),
+            None => None,
+        },
     };
     Ok(RunDoor {
         run_id: r.run_id,

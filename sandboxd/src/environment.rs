@@ -142,6 +142,22 @@ fn has_url_credentials(value: &str) -> bool {
     })
 }
 
+/// Proxy variables the run policy may set with a credential in the URL: a run
+/// without an envelope reaches its own proxies on host loopback ports, where a
+/// credential of the run's (good for nothing else) tells it from other processes.
+const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"];
+
+/// The run's own loopback proxy: one URL, its host 127.0.0.1, nothing after the port.
+fn is_loopback_proxy(value: &str) -> bool {
+    let Some((scheme, rest)) = value.split_once("://") else { return false };
+    let Some((_, host_port)) = rest.rsplit_once('@') else { return false };
+    let port = host_port.strip_prefix("127.0.0.1:").unwrap_or("");
+    matches!(scheme, "http" | "socks5h")
+        && !rest.contains("://")
+        && !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Why a variable was left out (for `ccctl sandbox explain` and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dropped {
@@ -164,7 +180,8 @@ pub fn judge(name: &str, value: &str, from_policy: bool) -> Result<(), Dropped> 
         || upper.split('_').any(|word| SECRET_WORDS.contains(&word))
         || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
         || SECRET_VALUE_PREFIXES.iter().any(|p| value.trim_start().starts_with(p))
-        || has_url_credentials(value)
+        || (has_url_credentials(value)
+            && !(from_policy && PROXY_VARIABLES.contains(&upper.as_str()) && is_loopback_proxy(value)))
     {
         return Err(Dropped::Secret);
     }
@@ -206,6 +223,24 @@ pub fn build<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_policys_loopback_proxy_may_carry_a_credential() {
+        let proxy = "http://cc-run:abc@127.0.0.1:41234";
+        assert_eq!(judge("HTTPS_PROXY", proxy, true), Ok(()));
+        assert_eq!(judge("all_proxy", "socks5h://cc-run:abc@127.0.0.1:41235", true), Ok(()));
+        assert_eq!(judge("HTTPS_PROXY", proxy, false), Err(Dropped::Secret), "never from the host");
+        assert_eq!(judge("GIT_URL", proxy, true), Err(Dropped::Secret), "only the proxy variables");
+        for elsewhere in [
+            "http://u:p@proxy.example:8080",
+            "http://u:p@127.0.0.1:80/path",
+            "http://u:p@127.0.0.1:x",
+            "http://u:p@127.0.0.1:1 http://a:b@evil:1",
+            "ftp://u:p@127.0.0.1:21",
+        ] {
+            assert_eq!(judge("HTTP_PROXY", elsewhere, true), Err(Dropped::Secret), "{elsewhere}");
+        }
+    }
 
     #[test]
     fn the_allowlist_passes_and_home_is_the_agents() {

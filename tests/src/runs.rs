@@ -30,9 +30,13 @@ pub fn assert_refused(out: &Output, word: &str, what: &str) {
 }
 
 pub fn fixture(config: Option<&str>) -> Fixture {
+    fixture_with(Options { config: config.map(str::to_owned), ..Default::default() })
+}
+
+/// [`fixture`] with the supervisor's options (its arguments, say `--sandbox off`).
+pub fn fixture_with(options: Options) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let checkout = make_checkout(&tmp.path().join("checkout"));
-    let options = Options { config: config.map(str::to_owned), ..Default::default() };
     let sup = Supervisor::start_on(&tmp.path().join("data"), options);
     assert!(sup.ccctl(&["repo", "add", checkout.to_str().unwrap(), "--name", "demo"]).status.success());
     let out = sup.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"]);

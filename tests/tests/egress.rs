@@ -7,8 +7,9 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
+use cc_tests::Options;
 use cc_tests::eventually;
-use cc_tests::runs::{Fixture, fixture, text};
+use cc_tests::runs::{Fixture, fixture_with, text};
 use nix::sys::signal::Signal;
 
 /// An HTTP server on loopback that answers every request with `body`.
@@ -42,6 +43,11 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(&[])
+}
+
+/// A world whose supervisor has these arguments.
+fn world_with(args: &[&str]) -> World {
     let port = server("hello from upstream");
     let other_port = server("the other service");
     let rules = tempfile::NamedTempFile::new().unwrap();
@@ -56,7 +62,9 @@ fn world() -> World {
          \"ws.example.test\" = [\"127.0.0.1\"]\n",
         rules_path.display()
     );
-    World { f: fixture(Some(&config)), port, other_port }
+    let options =
+        Options { config: Some(config), args: args.iter().map(|a| (*a).to_owned()).collect(), ..Default::default() };
+    World { f: fixture_with(options), port, other_port }
 }
 
 impl World {
@@ -362,4 +370,59 @@ http(b"allowed.example.test:{port}")
     eventually(Duration::from_secs(10), "the greedy run's tunnels are given back", || {
         w.bash(&greedy, &fetch).0.trim() == "200"
     });
+}
+
+/// Without an envelope (backend none) the run's proxies listen on host loopback ports,
+/// and a process without the run's credential is refused there; the run's own
+/// environment carries the credential. A killed gateway binds the same ports again.
+#[test]
+fn without_an_envelope_the_proxies_need_the_runs_credential() {
+    let w = world_with(&["--sandbox", "off"]);
+    let run = w.run("on");
+    let port = w.port;
+    let (proxy, _) = w.bash(&run, "printf %s \"$HTTPS_PROXY\"");
+    let rest = proxy.strip_prefix("http://cc-run:").unwrap_or_else(|| panic!("HTTPS_PROXY is {proxy:?}"));
+    let (password, address) = rest.split_once('@').unwrap();
+    assert!(address.starts_with("127.0.0.1:"), "{proxy}");
+    let (socks, _) = w.bash(&run, "printf %s \"$ALL_PROXY\"");
+    let socks_address = socks.rsplit_once('@').unwrap().1.to_owned();
+
+    // The run, through its environment: allowed names work, others are refused.
+    let (stdout, stderr) = w.bash(
+        &run,
+        &format!(
+            "curl -sS -m 10 -p http://allowed.example.test:{port}/; echo\n\
+             curl -sS -m 10 -x \"$ALL_PROXY\" http://allowed.example.test:{port}/; echo\n\
+             curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://other.example.test:{port}/"
+        ),
+    );
+    assert_eq!(stdout.matches("hello from upstream").count(), 2, "{stdout}\n{stderr}");
+    assert!(stdout.trim_end().ends_with("403"), "{stdout}");
+
+    // Another process of the host: no credential, a wrong one, then the right one.
+    let curl = |args: &[&str]| {
+        let out = std::process::Command::new("curl").args(["-s", "-m", "10"]).args(args).output().unwrap();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code())
+    };
+    let url = format!("http://allowed.example.test:{port}/");
+    let code = |proxy: &str| curl(&["-o", "/dev/null", "-w", "%{http_code}", "-x", proxy, &url]).0;
+    assert_eq!(code(&format!("http://{address}")), "407");
+    assert_eq!(code(&format!("http://cc-run:{}@{address}", "0".repeat(64))), "407");
+    assert_eq!(code(&format!("http://someone:{password}@{address}")), "407");
+    let (_, exit) = curl(&["-x", &format!("socks5h://{socks_address}"), &url]);
+    assert_eq!(exit, Some(97), "SOCKS without the credential: curl cannot authenticate");
+    assert_eq!(code(&format!("http://cc-run:{password}@{address}")), "200", "the credential is what admits");
+    let refused = w.f.sup.await_event(Duration::from_secs(10), |e| {
+        e.kind == "egress_denied" && cc_tests::payload(e)["rule"] == "proxy_auth_required"
+    });
+    assert_eq!(refused.subject, format!("run:{run}"));
+
+    // Kill -9 the gateway: the next one listens on the same ports with the same credential.
+    let gateway = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(10), "the run's loopback proxy serves again", || {
+        w.f.sup.helper_pids().into_iter().any(|(n, pid)| n == "gateway" && pid != gateway)
+            && code(&format!("http://cc-run:{password}@{address}")) == "200"
+    });
+    assert_eq!(code(&format!("http://{address}")), "407");
 }

@@ -88,21 +88,6 @@ async fn refusals_of_runs_and_their_tools_carry_their_reason() {
     };
     let (reason, _) = refusal(client.runs.start_run(start("c-nope", false)).await, Code::NotFound);
     assert_eq!(reason, reasons::CONVERSATION_NOT_FOUND);
-
-    // What this host cannot do: a network without an envelope to hold the run to its
-    // proxies.
-    let tmp = tempfile::tempdir().unwrap();
-    let checkout = make_checkout(&tmp.path().join("checkout"));
-    let off = Supervisor::start_on(
-        &tmp.path().join("data"),
-        Options { args: vec!["--sandbox".into(), "off".into()], ..Default::default() },
-    );
-    assert!(off.ccctl(&["repo", "add", checkout.to_str().unwrap(), "--name", "demo"]).status.success());
-    let out = off.ccctl(&["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"]);
-    let conversation = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let mut client = off.client().await;
-    let (reason, metadata) = refusal(client.runs.start_run(start(&conversation, true)).await, Code::FailedPrecondition);
-    assert_eq!((reason.as_str(), metadata["backend"].as_str()), (reasons::BACKEND_UNAVAILABLE, "egress"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@
 //! paths; since the envelope binds the directory, not the sockets, it sees the new ones.
 
 mod front;
+mod loopback;
 mod proxy;
 mod push;
 pub mod report;
@@ -24,6 +25,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, watch};
 
+pub use loopback::Loopback;
 pub use proxy::{EgressConfig, EgressRun};
 pub use upstream::Upstream;
 
@@ -144,6 +146,19 @@ impl Doors {
             bind(&dir, &sockets.http_proxy, door.uid)?,
             bind(&dir, &sockets.socks, door.uid)?,
         );
+        // A run without an envelope: its proxies on loopback ports too, bound before
+        // anything is served so that a port taken by someone else fails the call.
+        let loopback = match &door.egress.loopback {
+            Some(l) => {
+                let bind = |port| {
+                    loopback::listen(port).map_err(|e| {
+                        DoorError::Egress(format!("cannot listen on 127.0.0.1:{port} for the run's proxy: {e}"))
+                    })
+                };
+                Some((l.clone(), bind(l.http_port)?, bind(l.socks_port)?))
+            }
+            None => None,
+        };
         let (stop, stopped) = watch::channel(());
         let door = Arc::new(door);
         let ours = std::fs::metadata(&dir).map(|m| m.uid()).ok();
@@ -168,7 +183,7 @@ impl Doors {
             };
             let limit: Limit = (tunnels.clone(), Arc::new(full));
             tokio::spawn(accept(http, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
-                proxy::http(stream, egress.clone(), shared.clone())
+                proxy::http(stream, egress.clone(), shared.clone(), None)
             }));
         }
         {
@@ -180,9 +195,22 @@ impl Doors {
                     drop(stream);
                 }
             };
-            let limit: Limit = (tunnels, Arc::new(full));
-            tokio::spawn(accept(socks, door.run_id.clone(), allowed, stopped, limit, move |stream| {
-                proxy::socks(stream, egress.clone(), shared.clone())
+            let limit: Limit = (tunnels.clone(), Arc::new(full));
+            tokio::spawn(accept(socks, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                proxy::socks(stream, egress.clone(), shared.clone(), None)
+            }));
+        }
+        if let Some((auth, http, socks)) = loopback {
+            let (http_egress, shared) = (egress.clone(), self.shared.clone());
+            let auth_for_socks = auth.clone();
+            let (run, slots) = (door.run_id.clone(), tunnels.clone());
+            tokio::spawn(accept_tcp(http, run, stopped.clone(), slots, move |stream| {
+                proxy::http(stream, http_egress.clone(), shared.clone(), Some(auth.clone()))
+            }));
+            let shared = self.shared.clone();
+            let run = door.run_id.clone();
+            tokio::spawn(accept_tcp(socks, run, stopped, tunnels, move |stream| {
+                proxy::socks(stream, egress.clone(), shared.clone(), Some(auth_for_socks.clone()))
             }));
         }
         tracing::info!(run = %door.run_id, dir = %dir.display(), repositories = door.repositories.len(), network = door.egress.network, "serving the run's doors");
@@ -267,6 +295,48 @@ async fn accept<F, Fut>(
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!(run, "refused a connection: the run holds too many");
             full(stream);
+            continue;
+        };
+        let served = handle(stream);
+        let mut stopped = stopped.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            tokio::select! {
+                _ = served => {}
+                _ = stopped.changed() => {}
+            }
+        });
+    }
+}
+
+/// A run's loopback proxy port: anyone local may connect, and the handler asks for the
+/// run's credential ([`loopback`]). Past the run's tunnel slots, the connection is
+/// closed at once (the proxy's own refusal is recorded for the socket doors).
+async fn accept_tcp<F, Fut>(
+    listener: tokio::net::TcpListener,
+    run: String,
+    mut stopped: watch::Receiver<()>,
+    slots: Arc<Semaphore>,
+    handle: F,
+) where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let accepted = tokio::select! {
+            _ = stopped.changed() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(run, error = %e, "cannot accept on a run's loopback proxy");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(run, "refused a loopback connection: the run holds too many");
             continue;
         };
         let served = handle(stream);

@@ -18,6 +18,7 @@ use cc_proto::supervisor::v1 as sv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::loopback::Loopback;
 use super::report::{Seen, What};
 use super::splice;
 use super::{RunDoor, Shared};
@@ -44,6 +45,7 @@ const UNREACHABLE: &str = "upstream_unreachable";
 const BAD_REQUEST: &str = "bad_request";
 const HANDSHAKE_TIMEOUT: &str = "handshake_timeout";
 const TOO_MANY: &str = "too_many_connections";
+const AUTH_REQUIRED: &str = "proxy_auth_required";
 /// The host of a refusal whose request could not be read.
 const UNREAD: &str = "(unreadable request)";
 
@@ -57,6 +59,8 @@ pub struct EgressConfig {
     pub deny: Vec<(String, String)>,
     /// (host, addresses), like curl's --resolve.
     pub resolve: Vec<(String, Vec<String>)>,
+    /// For a run without an envelope: the loopback ports its proxies also serve.
+    pub loopback: Option<Loopback>,
 }
 
 /// A run's egress state: its policy, read once, and the gate's answers so far.
@@ -120,8 +124,8 @@ impl EgressRun {
     /// they pass, so a connection that ends in an error still counts what it carried.
     /// Spliced in the kernel ([`super::splice`]); copied through buffers only when no
     /// pipe can be had.
-    async fn carry(&self, shared: &Shared, host: &Host, port: u16, client: UnixStream, upstream: &mut TcpStream) {
-        splice::widen(&client);
+    async fn carry<S: Client>(&self, shared: &Shared, host: &Host, port: u16, client: S, upstream: &mut TcpStream) {
+        client.widen();
         let carried = splice::Carried::default();
         let (sent, received) = match splice::both_ways(&client, &*upstream, &carried).await {
             Ok(()) => (carried.a_to_b.load(Ordering::Relaxed), carried.b_to_a.load(Ordering::Relaxed)),
@@ -249,7 +253,12 @@ pub fn too_many(stream: UnixStream) {
     }
 }
 
-async fn read_more(stream: &mut UnixStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+/// A proxy's client: a Unix socket of the run's (bridged into its envelopes), or a
+/// loopback TCP connection that presented the run's credential.
+pub trait Client: tokio::io::AsyncRead + tokio::io::AsyncWrite + splice::Socket + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + splice::Socket + Unpin + Send + 'static> Client for T {}
+
+async fn read_more<S: Client>(stream: &mut S, buf: &mut Vec<u8>) -> std::io::Result<bool> {
     let mut chunk = [0u8; 4096];
     let n = stream.read(&mut chunk).await?;
     buf.extend_from_slice(&chunk[..n]);
@@ -257,7 +266,8 @@ async fn read_more(stream: &mut UnixStream, buf: &mut Vec<u8>) -> std::io::Resul
 }
 
 /// The HTTP proxy, one request per connection.
-pub async fn http(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shared>) {
+/// `auth`: the credential a loopback client must present; `None` on the run's socket.
+pub async fn http<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Shared>, auth: Option<Loopback>) {
     // Ok(None): the client went away without a byte.
     let head = async {
         let mut buf = Vec::new();
@@ -289,6 +299,17 @@ pub async fn http(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Share
             return;
         }
     };
+    if let Some(auth) = &auth
+        && !auth.admits_http(request.header("proxy-authorization"))
+    {
+        let why = "this proxy needs the run's credential (the run's HTTP_PROXY carries it)";
+        run.denied(&shared, request.target.host(), request.target.port(), AUTH_REQUIRED, why);
+        let mut answer = http_request::refusal(407, "Proxy Authentication Required", AUTH_REQUIRED, why);
+        let at = answer.windows(2).position(|w| w == b"\r\n").map_or(0, |p| p + 2);
+        answer.splice(at..at, b"Proxy-Authenticate: Basic realm=\"cc-run\"\r\n".iter().copied());
+        let _ = client.write_all(&answer).await;
+        return;
+    }
     let target = &request.target;
     let (host, mut upstream) = match run.connect(&shared, target.host(), target.port()).await {
         Ok(connected) => connected,
@@ -337,8 +358,11 @@ fn origin_form(request: &http_request::ProxyRequest, method: &str, host: &str, p
     head
 }
 
-/// The SOCKS5 proxy: no authentication (the socket is the run's alone), CONNECT only.
-pub async fn socks(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shared>) {
+/// The SOCKS5 proxy, CONNECT only: no authentication on the run's socket (it is the
+/// run's alone), the run's credential on a loopback port.
+/// `auth`: the credential a loopback client must present (RFC 1929); `None` on the
+/// run's socket, where no authentication is offered.
+pub async fn socks<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Shared>, auth: Option<Loopback>) {
     // Ok(None): the client went away before asking anything.
     let handshake = async {
         let mut buf = Vec::new();
@@ -350,14 +374,35 @@ pub async fn socks(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shar
                 Err(e) => return Err(e.to_string()),
             }
         };
-        if !greeting.methods.contains(&socks::NO_AUTH) {
+        let method = if auth.is_some() { socks::USER_PASSWORD } else { socks::NO_AUTH };
+        if !greeting.methods.contains(&method) {
             let _ = client.write_all(&[socks::VERSION, socks::NO_ACCEPTABLE_METHOD]).await;
-            return Err("the client offers no method this proxy takes (no authentication)".to_owned());
+            return Err(if auth.is_some() {
+                "this proxy needs the run's credential (user name and password)".to_owned()
+            } else {
+                "the client offers no method this proxy takes (no authentication)".to_owned()
+            });
         }
-        if client.write_all(&[socks::VERSION, socks::NO_AUTH]).await.is_err() {
+        if client.write_all(&[socks::VERSION, method]).await.is_err() {
             return Ok(None);
         }
         buf.drain(..used);
+        if let Some(auth) = &auth {
+            let (credentials, used) = loop {
+                match socks::parse_credentials(&buf) {
+                    Ok(Some(read)) => break read,
+                    Ok(None) if read_more(&mut client, &mut buf).await.unwrap_or(false) => {}
+                    Ok(None) => return Ok(None),
+                    Err(e) => return Err(e.to_string()),
+                }
+            };
+            let admitted = auth.admits(&credentials.user, &credentials.password);
+            let _ = client.write_all(&[1, if admitted { 0 } else { 1 }]).await;
+            if !admitted {
+                return Err("the client presented another credential than the run's".to_owned());
+            }
+            buf.drain(..used);
+        }
         loop {
             match socks::parse_request(&buf) {
                 Ok(Some((request, used))) => return Ok(Some((request, buf.split_off(used)))),
@@ -415,19 +460,19 @@ pub async fn socks(mut client: UnixStream, run: Arc<EgressRun>, shared: Arc<Shar
 
 /// The client's side of a tunnel, counting what passes: `read` from the run, `written`
 /// to it.
-struct Counted {
-    inner: UnixStream,
+struct Counted<S> {
+    inner: S,
     read: u64,
     written: u64,
 }
 
-impl Counted {
-    fn new(inner: UnixStream) -> Counted {
+impl<S> Counted<S> {
+    fn new(inner: S) -> Counted<S> {
         Counted { inner, read: 0, written: 0 }
     }
 }
 
-impl tokio::io::AsyncRead for Counted {
+impl<S: Client> tokio::io::AsyncRead for Counted<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -440,7 +485,7 @@ impl tokio::io::AsyncRead for Counted {
     }
 }
 
-impl tokio::io::AsyncWrite for Counted {
+impl<S: Client> tokio::io::AsyncWrite for Counted<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
         if let Poll::Ready(Ok(n)) = polled {

@@ -22,22 +22,32 @@ const CHUNK: usize = 1 << 20;
 pub trait Socket: AsFd {
     fn ready_for(&self, interest: Interest) -> impl Future<Output = io::Result<()>> + Send;
     fn try_io_for<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+    /// Makes the socket's send buffer as large as the system allows
+    /// (`net.core.wmem_max`): a Unix socket's default ~200 KiB made a fast tunnel
+    /// switch between its ends every few pages. TCP's buffers tune themselves.
+    fn widen(&self) {}
 }
 
-macro_rules! socket {
-    ($t:ty) => {
-        impl Socket for $t {
-            async fn ready_for(&self, interest: Interest) -> io::Result<()> {
-                self.ready(interest).await.map(|_| ())
-            }
-            fn try_io_for<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
-                self.try_io(interest, f)
-            }
-        }
-    };
+impl Socket for TcpStream {
+    async fn ready_for(&self, interest: Interest) -> io::Result<()> {
+        self.ready(interest).await.map(|_| ())
+    }
+    fn try_io_for<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        self.try_io(interest, f)
+    }
 }
-socket!(TcpStream);
-socket!(UnixStream);
+
+impl Socket for UnixStream {
+    async fn ready_for(&self, interest: Interest) -> io::Result<()> {
+        self.ready(interest).await.map(|_| ())
+    }
+    fn try_io_for<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        self.try_io(interest, f)
+    }
+    fn widen(&self) {
+        let _ = nix::sys::socket::setsockopt(self, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+    }
+}
 
 /// Bytes carried each way, readable even when the tunnel ended in an error.
 #[derive(Default)]
@@ -53,13 +63,6 @@ pub async fn both_ways(a: &impl Socket, b: &impl Socket, carried: &Carried) -> R
     let (a_pipe, b_pipe) = (pipe()?, pipe()?);
     let _ = tokio::try_join!(one_way(a, b, &a_pipe, &carried.a_to_b), one_way(b, a, &b_pipe, &carried.b_to_a));
     Ok(())
-}
-
-/// A Unix socket's send buffer as large as the system allows (`net.core.wmem_max`):
-/// the default ~200 KiB makes a fast tunnel switch between its ends every few pages.
-/// TCP's buffers tune themselves and are left alone.
-pub fn widen(socket: &UnixStream) {
-    let _ = nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {

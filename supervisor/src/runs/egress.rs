@@ -3,7 +3,8 @@
 //! are its only route out, and they allow what this allowlist holds, read once at the
 //! run's start: a curated base, GitHub's domains, and the configuration's additions.
 //! A run with its network off gets the same proxies with nothing allowed, so every
-//! attempt is refused and recorded.
+//! attempt is refused and recorded. A run without an envelope gets them on host
+//! loopback ports instead, behind a credential of its own ([`loopback_proxies`]).
 
 use std::collections::HashMap;
 
@@ -84,6 +85,7 @@ pub fn gateway_policy(network: bool, config: &EgressConfig, workspace: &Workspac
             .iter()
             .map(|(host, addresses)| gw::ResolveOverride { host: host.clone(), addresses: addresses.clone() })
             .collect(),
+        loopback: None,
     }
 }
 
@@ -99,6 +101,48 @@ pub fn proxy_env(env: &mut HashMap<String, String>) {
     }
     for name in ["NO_PROXY", "no_proxy"] {
         env.insert(name.to_owned(), "127.0.0.1,localhost".to_owned());
+    }
+}
+
+/// The user name of every run's loopback proxy credential; the password is the run's.
+pub const LOOPBACK_USER: &str = "cc-run";
+
+/// For a run without an envelope: two free loopback ports for its proxies, and the
+/// credential a client must present there. The ports are found by binding port 0 and
+/// are free again when the gateway binds them; a port taken in between fails the
+/// gateway's registration, which says so.
+pub fn loopback_proxies() -> std::io::Result<gw::LoopbackProxies> {
+    let free = || -> std::io::Result<u16> {
+        let probe = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+        Ok(probe.local_addr()?.port())
+    };
+    let http = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+    let http_port = http.local_addr()?.port();
+    // Bound while the second is found, so that the two differ.
+    let socks_port = free()?;
+    drop(http);
+    let password = cc_proto::secret::PeerSecret::generate().map_err(std::io::Error::other)?;
+    Ok(gw::LoopbackProxies {
+        http_port: http_port.into(),
+        socks_port: socks_port.into(),
+        username: LOOPBACK_USER.to_owned(),
+        password: password.expose().to_owned(),
+    })
+}
+
+/// The proxy variables of a run without an envelope: its loopback ports, with its
+/// credential in the URLs (curl, git, pip and npm read it from there). Nothing is
+/// exempt: such a run's loopback is the host's.
+pub fn loopback_proxy_env(env: &mut HashMap<String, String>, proxies: &gw::LoopbackProxies) {
+    let credential = format!("{}:{}", proxies.username, proxies.password);
+    let http = format!("http://{credential}@127.0.0.1:{}", proxies.http_port);
+    let socks = format!("socks5h://{credential}@127.0.0.1:{}", proxies.socks_port);
+    for (name, value) in [("HTTP_PROXY", &http), ("HTTPS_PROXY", &http), ("ALL_PROXY", &socks)] {
+        env.insert(name.to_owned(), value.clone());
+        env.insert(name.to_ascii_lowercase(), value.clone());
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.insert(name.to_owned(), String::new());
     }
 }
 
@@ -119,5 +163,20 @@ mod tests {
         let mine = ["docs.example.test".to_owned()];
         let on = gateway_policy(true, &config, &WorkspaceEntries { name: "infra", entries: &mine });
         assert!(on.allow.iter().any(|e| e.entry == "docs.example.test" && e.source == "workspace:infra"));
+    }
+
+    #[test]
+    fn a_run_without_an_envelope_gets_two_ports_and_its_own_credential() {
+        let (a, b) = (loopback_proxies().unwrap(), loopback_proxies().unwrap());
+        assert_ne!(a.http_port, a.socks_port);
+        assert!(a.http_port > 0 && a.socks_port > 0);
+        assert_ne!(a.password, b.password, "each run has its own credential");
+        let mut env = HashMap::new();
+        loopback_proxy_env(&mut env, &a);
+        let expected = format!("http://cc-run:{}@127.0.0.1:{}", a.password, a.http_port);
+        assert_eq!(env["HTTPS_PROXY"], expected);
+        assert_eq!(env["http_proxy"], expected);
+        assert!(env["ALL_PROXY"].starts_with("socks5h://cc-run:"));
+        assert_eq!(env["NO_PROXY"], "");
     }
 }

@@ -21,10 +21,6 @@ pub enum RunError {
     BadRequest(String),
     #[error("unknown adapter {0:?}: only `harness` exists so far")]
     UnknownAdapter(String),
-    #[error(
-        "--network on needs an envelope to hold the run to its proxies, and this host has none (sandbox backend none)"
-    )]
-    NoEgress,
     /// The gate denied the call, by a rule, a default, the command policy or the mode.
     #[error("denied: {reason}")]
     GateDenied { reason: String, effect: String, origin: String, decided_by: String },
@@ -86,12 +82,6 @@ impl From<RunError> for Status {
             ),
             RunError::AlreadyStopping(_) | RunError::Precondition(_) => Status::failed_precondition(message),
             RunError::BadRequest(_) | RunError::UnknownAdapter(_) => Status::invalid_argument(message),
-            RunError::NoEgress => reasons::refusal(
-                Code::FailedPrecondition,
-                message,
-                reasons::BACKEND_UNAVAILABLE,
-                &[("backend", "egress".to_owned())],
-            ),
             RunError::GateDenied { effect, origin, decided_by, .. } => reasons::refusal(
                 Code::PermissionDenied,
                 message,

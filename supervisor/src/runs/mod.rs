@@ -261,6 +261,7 @@ pub fn sandbox_policy(
     git_gateway: Option<&Path>,
     config: &RunsConfig,
     limits: sb::EnvelopeLimits,
+    loopback: Option<&cc_proto::gateway::v1::LoopbackProxies>,
 ) -> sb::RunPolicy {
     let mut env = std::collections::HashMap::new();
     if !config.path.is_empty() {
@@ -278,6 +279,9 @@ pub fn sandbox_policy(
                 bridges.push(sb::Bridge { port: port.into(), socket: path_bytes(&dir.join(name)) });
             }
         }
+    }
+    if let Some(proxies) = loopback {
+        egress::loopback_proxy_env(&mut env, proxies);
     }
     sb::RunPolicy {
         run_id: run_id.to_owned(),
@@ -581,10 +585,15 @@ impl RunManager {
             return Err(RunError::UnknownAdapter(request.adapter.chars().take(64).collect()));
         }
         // The network rule is read once, here: a run never changes it. Without an
-        // envelope there is nothing to hold a run to its proxies.
-        if request.network && !self.env.enveloped {
-            return Err(RunError::NoEgress);
-        }
+        // envelope the run's proxies listen on loopback ports behind a credential.
+        let loopback =
+            if self.env.enveloped {
+                None
+            } else {
+                Some(egress::loopback_proxies().map_err(|e| {
+                    RunError::Internal(format!("cannot find loopback ports for the run's proxies: {e}"))
+                })?)
+            };
         let limits = limits::RunLimits::from_config(&self.env.config.limits)
             .overridden(request.limits.as_ref())
             .map_err(|e| RunError::BadRequest(format!("run limits: {e}")))?;
@@ -648,8 +657,15 @@ impl RunManager {
 
         let channels = self.env.channels.clone();
         let mut sandboxd = channels.sandboxd().await?;
-        let policy =
-            sandbox_policy(&id, &paths, Some(&socket_dir), Some(&gateway_socket), &self.env.config, envelope_limits);
+        let policy = sandbox_policy(
+            &id,
+            &paths,
+            Some(&socket_dir),
+            Some(&gateway_socket),
+            &self.env.config,
+            envelope_limits,
+            loopback.as_ref(),
+        );
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) });
         channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // runner_roots has checked that the run's paths are UTF-8.
@@ -682,11 +698,14 @@ impl RunManager {
             runner: slot_rx,
             repo: record.repos.first().map(|r| r.name.clone()),
             github_repositories,
-            egress: egress::gateway_policy(
-                request.network,
-                &self.env.egress,
-                &egress::WorkspaceEntries { name: &record.workspace, entries: &workspace_egress },
-            ),
+            egress: cc_proto::gateway::v1::EgressPolicy {
+                loopback,
+                ..egress::gateway_policy(
+                    request.network,
+                    &self.env.egress,
+                    &egress::WorkspaceEntries { name: &record.workspace, entries: &workspace_egress },
+                )
+            },
             uid: run_user.0,
             gid: run_user.1,
             git_dirs: record.repos.iter().map(|r| r.path.clone()).collect(),
