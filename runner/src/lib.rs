@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod confine;
+pub mod fetch;
 pub mod files;
 pub mod patch;
 pub mod search;
@@ -15,7 +16,7 @@ use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::runner::v1::runner_server::{Runner, RunnerServer};
 use cc_proto::runner::v1::{CallToolRequest, CallToolResponse, GetStatusRequest, GetStatusResponse};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::confine::Roots;
 use crate::service::{Tools, parse_roots};
@@ -58,6 +59,8 @@ pub fn service(context: &HelperContext) -> Result<RunnerServer<RunnerService>, S
             None => Ok(roots),
         });
     let roots = roots.map_err(StartError)?;
-    Ok(RunnerServer::new(RunnerService { context: context.clone(), tools: Tools::new(roots) })
+    // Only a run whose network is on is told its proxy's socket.
+    let egress_proxy = context.bootstrap.options.get("egress_proxy").map(PathBuf::from);
+    Ok(RunnerServer::new(RunnerService { context: context.clone(), tools: Tools::new(roots, egress_proxy) })
         .max_decoding_message_size(MAX_MESSAGE_BYTES))
 }

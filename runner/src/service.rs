@@ -147,22 +147,32 @@ pub fn call(roots: &Roots, call: CallToolRequest) -> Result<ToolResult, Status> 
                 truncated: found.truncated,
             })
         }
+        Some(Call::WebFetch(_)) => return Err(Status::internal("web_fetch is not a file tool")),
     };
     Ok(ToolResult { result: Some(outcome) })
 }
 
-/// The service state: the run's roots, opened once at start.
+/// The service state: the run's roots, opened once at start, and its egress proxy's
+/// socket when its network is on.
 #[derive(Clone)]
 pub struct Tools {
     roots: Arc<Roots>,
+    egress_proxy: Option<Arc<Path>>,
 }
 
 impl Tools {
-    pub fn new(roots: Roots) -> Self {
-        Self { roots: Arc::new(roots) }
+    pub fn new(roots: Roots, egress_proxy: Option<PathBuf>) -> Self {
+        Self { roots: Arc::new(roots), egress_proxy: egress_proxy.map(Arc::from) }
     }
 
     pub async fn call(&self, request: CallToolRequest) -> Result<ToolResult, Status> {
+        if let Some(Call::WebFetch(args)) = &request.tool {
+            let Some(proxy) = &self.egress_proxy else {
+                return Err(Status::failed_precondition("this run's network is off: it has no web_fetch"));
+            };
+            let fetched = crate::fetch::fetch(proxy, args).await?;
+            return Ok(ToolResult { result: Some(Outcome::WebFetch(fetched)) });
+        }
         // A read is one bounded open and read of a regular file (at most MAX_FILE_BYTES,
         // never a FIFO or device): done in place, it saves the hand-off to the blocking
         // pool, which was a third of a 4 KiB read's round trip. Writes sync to disk and

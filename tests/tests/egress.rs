@@ -14,6 +14,11 @@ use nix::sys::signal::Signal;
 
 /// An HTTP server on loopback that answers every request with `body`.
 fn server(body: &'static str) -> u16 {
+    typed_server(body, None)
+}
+
+/// [`server`], saying the body's Content-Type when given.
+fn typed_server(body: &'static str, content_type: Option<&'static str>) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -27,8 +32,11 @@ fn server(body: &'static str) -> u16 {
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
-                let answer =
-                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                let typed = content_type.map(|t| format!("Content-Type: {t}\r\n")).unwrap_or_default();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\n{typed}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
                 let _ = conn.write_all(answer.as_bytes());
             });
         }
@@ -40,6 +48,8 @@ struct World {
     f: Fixture,
     port: u16,
     other_port: u16,
+    /// An allowed server that answers HTML.
+    html_port: u16,
 }
 
 fn world() -> World {
@@ -50,13 +60,14 @@ fn world() -> World {
 fn world_with(args: &[&str]) -> World {
     let port = server("hello from upstream");
     let other_port = server("the other service");
+    let html_port = typed_server("<html><body><h1>Docs</h1><p>Use <b>this</b>.</p></body></html>", Some("text/html"));
     let rules = tempfile::NamedTempFile::new().unwrap();
     let (_, rules_path) = rules.keep().unwrap();
     std::fs::write(&rules_path, "[[rule]]\neffect = \"access_network\"\ndecision = \"allow\"\n").unwrap();
     std::fs::set_permissions(&rules_path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let config = format!(
         "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"allowed.example.test\", \"*.wild.example.test\", \"rebind.example.test\", \
-         \"127.0.0.1:{port}\", \"telemetry.example.test\"]\ntelemetry = [\"telemetry.example.test\"]\n\
+         \"127.0.0.1:{port}\", \"127.0.0.1:{html_port}\", \"telemetry.example.test\"]\ntelemetry = [\"telemetry.example.test\"]\n\
          [egress.resolve]\n\"allowed.example.test\" = [\"127.0.0.1\"]\n\"a.wild.example.test\" = [\"127.0.0.1\"]\n\
          \"rebind.example.test\" = [\"127.0.0.1\"]\n\"example.test\" = [\"127.0.0.1\"]\n\"other.example.test\" = [\"127.0.0.1\"]\n\
          \"ws.example.test\" = [\"127.0.0.1\"]\n",
@@ -64,7 +75,7 @@ fn world_with(args: &[&str]) -> World {
     );
     let options =
         Options { config: Some(config), args: args.iter().map(|a| (*a).to_owned()).collect(), ..Default::default() };
-    World { f: fixture_with(options), port, other_port }
+    World { f: fixture_with(options), port, other_port, html_port }
 }
 
 impl World {
@@ -185,6 +196,47 @@ fn a_killed_gateway_comes_back_with_the_runs_allowlist() {
     let (stdout, _) =
         w.bash(&run, &format!("curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://other.example.test:{}/", w.port));
     assert_eq!(stdout.trim(), "403");
+    // The runner's web_fetch finds the new gateway's socket in the same directory.
+    let out = w.f.tool(&run, &["web-fetch", &format!("http://allowed.example.test:{}/", w.port)]);
+    assert_eq!(text(&out).0, "hello from upstream", "{}", text(&out).1);
+}
+
+/// The runner's web_fetch: through the run's own proxy, decided like any connection,
+/// HTML as Markdown or as it came, cut at a byte limit, and absent with the network off.
+#[test]
+fn web_fetch_goes_through_the_runs_proxy() {
+    let w = world();
+    let html = w.html_port;
+    let run = w.run("on");
+    let fetch = |run: &str, args: &[&str]| text(&w.f.tool(run, &[&["web-fetch"], args].concat()));
+    let (markdown, stderr) = fetch(&run, &[&format!("http://allowed.example.test:{html}/docs")]);
+    assert!(markdown.contains("# Docs") && markdown.contains("**this**"), "{markdown}\n{stderr}");
+    assert!(stderr.contains("200 text/html"), "{stderr}");
+    let (raw, _) = fetch(&run, &["--text", &format!("http://allowed.example.test:{html}/docs")]);
+    assert!(raw.starts_with("<html>"), "{raw}");
+    let (cut, stderr) = fetch(&run, &["--max-bytes", "5", &format!("http://allowed.example.test:{}/", w.port)]);
+    assert_eq!(cut, "hello");
+    assert!(stderr.contains("past --max-bytes"), "{stderr}");
+
+    // Refused by the proxy, with its reason; a URL that is not http(s); each one line.
+    let out = w.f.tool(&run, &["web-fetch", &format!("http://other.example.test:{}/", w.port)]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success() && stderr.contains("not_on_allowlist"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    for bad in ["file:///etc/passwd", "http://user:pw@allowed.example.test/"] {
+        let out = w.f.tool(&run, &["web-fetch", bad]);
+        assert!(!out.status.success() && text(&out).1.trim_end().lines().count() == 1, "{bad}: {}", text(&out).1);
+    }
+    let denied = w.f.sup.await_event(Duration::from_secs(10), |e| {
+        e.kind == "egress_denied" && cc_tests::payload(e)["host"] == "other.example.test"
+    });
+    assert_eq!(denied.subject, format!("run:{run}"));
+
+    // A run whose network is off has no web_fetch.
+    let off = w.run("off");
+    let out = w.f.tool(&off, &["web-fetch", &format!("http://allowed.example.test:{}/", w.port)]);
+    assert!(!out.status.success(), "{}", text(&out).0);
+    assert!(!text(&w.f.tool(&off, &["list"])).0.contains("web_fetch"));
 }
 
 /// A workspace's own entries: added and removed with one-line refusals, shown with their
@@ -412,6 +464,8 @@ fn without_an_envelope_the_proxies_need_the_runs_credential() {
     let (_, exit) = curl(&["-x", &format!("socks5h://{socks_address}"), &url]);
     assert_eq!(exit, Some(97), "SOCKS without the credential: curl cannot authenticate");
     assert_eq!(code(&format!("http://cc-run:{password}@{address}")), "200", "the credential is what admits");
+    let out = w.f.tool(&run, &["web-fetch", &format!("http://allowed.example.test:{port}/")]);
+    assert_eq!(text(&out).0, "hello from upstream", "web_fetch of an unwrapped run: {}", text(&out).1);
     let refused = w.f.sup.await_event(Duration::from_secs(10), |e| {
         e.kind == "egress_denied" && cc_tests::payload(e)["rule"] == "proxy_auth_required"
     });

@@ -17,6 +17,17 @@ pub const HTTP_PROXY_PORT: u16 = 41080;
 /// The SOCKS5 proxy's.
 pub const SOCKS_PORT: u16 = 41081;
 
+/// The HTTP proxy's socket in the run's gateway directory.
+pub const HTTP_PROXY_SOCKET: &str = "http.sock";
+/// The SOCKS5 proxy's.
+pub const SOCKS_SOCKET: &str = "socks.sock";
+
+/// The HTTP proxy's socket as the runner's envelope shows it: sandboxd binds each
+/// bridge's directory at `/run/cc/bridges/PORT`, in the runner's envelope too.
+pub fn http_proxy_inside() -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/run/cc/bridges/{HTTP_PROXY_PORT}/{HTTP_PROXY_SOCKET}"))
+}
+
 /// The curated base: model providers' APIs, git hosting, the model catalog. (The
 /// package-registry group ships empty: `[egress] registries` fills it.)
 const BASE: &[(&str, &str)] = &[

@@ -275,7 +275,9 @@ pub fn sandbox_policy(
         // The egress proxies beside it: the run's only way out.
         if let Some(dir) = socket.parent() {
             egress::proxy_env(&mut env);
-            for (port, name) in [(egress::HTTP_PROXY_PORT, "http.sock"), (egress::SOCKS_PORT, "socks.sock")] {
+            for (port, name) in
+                [(egress::HTTP_PROXY_PORT, egress::HTTP_PROXY_SOCKET), (egress::SOCKS_PORT, egress::SOCKS_SOCKET)]
+            {
                 bridges.push(sb::Bridge { port: port.into(), socket: path_bytes(&dir.join(name)) });
             }
         }

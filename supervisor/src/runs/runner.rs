@@ -163,6 +163,16 @@ impl RunManager {
         if let Ok(filter) = std::env::var("CC_LOG") {
             bootstrap.options.insert("log".to_owned(), filter);
         }
+        // web_fetch's way out: the run's HTTP proxy socket, as the envelope binds it
+        // or, unwrapped, where the gateway serves it. A run with its network off has none.
+        if run.record.network {
+            let proxy = if enveloped {
+                super::egress::http_proxy_inside()
+            } else {
+                self.env.data.gateway_run_dir(id).join(super::egress::HTTP_PROXY_SOCKET)
+            };
+            bootstrap.options.insert("egress_proxy".to_owned(), proxy.to_string_lossy().into_owned());
+        }
         // As root, the runner runs as the service user too: it holds no capability, so
         // it could not open the run's directories as root anyway.
         let user = ServiceUser::when_root();

@@ -31,6 +31,8 @@ pub struct Described {
     pub tool: &'static str,
     pub paths: Vec<String>,
     pub command_line: Option<String>,
+    /// The host a web_fetch reaches, as the URL parser spells it.
+    pub domains: Vec<String>,
 }
 
 fn shown(bytes: &[u8]) -> String {
@@ -100,6 +102,7 @@ pub fn describe(tool: Option<&Tool>, work_dir: &Path) -> Result<Described, RunEr
         tool,
         paths: paths.iter().map(|p| gate_path(p, work_dir)).collect(),
         command_line: None,
+        domains: vec![],
     };
     let start = |p: &[u8]| if p.is_empty() { vec![".".to_owned()] } else { vec![shown(p)] };
     Ok(match tool.ok_or_else(|| RunError::BadRequest("the call names no tool".into()))? {
@@ -110,8 +113,27 @@ pub fn describe(tool: Option<&Tool>, work_dir: &Path) -> Result<Described, RunEr
         Tool::Search(s) => d("search", start(&s.path)),
         Tool::Find(f) => d("find", start(&f.path)),
         Tool::SearchFiles(f) => d("search_files", start(&f.path)),
-        Tool::Bash(b) => Described { tool: "bash", paths: vec![], command_line: Some(b.command.clone()) },
+        Tool::Bash(b) => {
+            Described { tool: "bash", paths: vec![], command_line: Some(b.command.clone()), domains: vec![] }
+        }
+        Tool::WebFetch(f) => {
+            Described { tool: "web_fetch", paths: vec![], command_line: None, domains: vec![url_host(&f.url)?] }
+        }
     })
+}
+
+/// The host of a web_fetch URL as the gate's domain rules see it (the URL parser's
+/// spelling, as the runner's own; the proxy decides on its canonical form again).
+fn url_host(url: &str) -> Result<String, RunError> {
+    let bad =
+        |why: &str| RunError::BadRequest(format!("web_fetch: {:?} {why}", url.chars().take(200).collect::<String>()));
+    let parsed = url::Url::parse(url).map_err(|_| bad("is not a URL"))?;
+    match parsed.host() {
+        Some(url::Host::Domain(name)) => Ok(name.to_owned()),
+        Some(url::Host::Ipv4(ip)) => Ok(ip.to_string()),
+        Some(url::Host::Ipv6(ip)) => Ok(ip.to_string()),
+        None => Err(bad("names no host")),
+    }
 }
 
 /// A file tool's call as the runner takes it; bash is never the runner's.
@@ -124,6 +146,7 @@ fn for_runner(tool: Tool) -> Result<RunnerTool, pb::BashArgs> {
         Tool::Search(a) => RunnerTool::Search(a),
         Tool::Find(a) => RunnerTool::Find(a),
         Tool::SearchFiles(a) => RunnerTool::SearchFiles(a),
+        Tool::WebFetch(a) => RunnerTool::WebFetch(a),
         Tool::Bash(bash) => return Err(bash),
     })
 }
@@ -180,7 +203,12 @@ impl RunManager {
             .unwrap_or_default();
         let action = Action {
             effects,
-            scope: Scope { repo: run.repo.clone(), paths: described.paths.clone(), ..Default::default() },
+            scope: Scope {
+                repo: run.repo.clone(),
+                paths: described.paths.clone(),
+                domains: described.domains.clone(),
+                ..Default::default()
+            },
             mode: run.record.mode,
             tool: Some(described.tool.to_owned()),
             command_line: described.command_line.clone(),
@@ -198,7 +226,7 @@ impl RunManager {
         }
         let summary = match &described.command_line {
             Some(line) => format!("bash: {}", line.chars().take(200).collect::<String>()),
-            None => format!("{} {}", described.tool, described.paths.join(" ")),
+            None => format!("{} {}", described.tool, [&described.paths[..], &described.domains[..]].concat().join(" ")),
         };
         let request =
             GateRequest { action, workspace: run.record.workspace.clone(), run_id: run.record.id.clone(), summary };

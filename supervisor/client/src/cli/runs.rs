@@ -107,6 +107,16 @@ pub enum ToolAction {
         #[arg(long)]
         path: Option<std::path::PathBuf>,
     },
+    /// Fetch a URL through the run's egress proxy (runs with their network on)
+    WebFetch {
+        url: String,
+        /// Bytes of the body read at most [default: 1 MiB; at most 10 MiB]
+        #[arg(long, default_value_t = 0)]
+        max_bytes: u64,
+        /// The body as it came, rather than HTML turned into Markdown
+        #[arg(long)]
+        text: bool,
+    },
     /// Run a command line in the run's envelope
     Bash {
         /// Seconds [default: the configured default]
@@ -378,6 +388,10 @@ pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bo
         ToolAction::Search { pattern, path } => Tool::Search(rn::SearchArgs { pattern, path: start(&path) }),
         ToolAction::Find { glob, path } => Tool::Find(rn::FindArgs { glob, path: start(&path) }),
         ToolAction::SearchFiles { query, path } => Tool::SearchFiles(rn::SearchFilesArgs { query, path: start(&path) }),
+        ToolAction::WebFetch { url, max_bytes, text } => {
+            let format = if text { rn::WebFetchFormat::Text } else { rn::WebFetchFormat::Markdown };
+            Tool::WebFetch(rn::WebFetchArgs { url, max_bytes, format: format as i32 })
+        }
     };
     let request = pb::CallToolRequest { run_id, tool: Some(call) };
     let mut stream = client.call_tool(request).await.map_err(tool_error)?.into_inner();
@@ -437,6 +451,20 @@ fn print_result(result: Option<Outcome>, json: bool) {
             p.paths.iter().for_each(|x| println!("{}", lossy(x)));
             if p.truncated {
                 eprintln!("ccctl: more paths than shown; narrow the query or --path");
+            }
+        }
+        Some(Outcome::WebFetch(f)) if json => println!(
+            "{}",
+            json!({ "status": f.status, "content_type": f.content_type, "text": f.text, "bytes": f.bytes, "truncated": f.truncated, "location": f.location })
+        ),
+        Some(Outcome::WebFetch(f)) => {
+            eprintln!("ccctl: {} {} ({} bytes)", f.status, f.content_type, f.bytes);
+            if !f.location.is_empty() {
+                eprintln!("ccctl: redirected to {} (not followed)", f.location);
+            }
+            let _ = std::io::stdout().lock().write_all(f.text.as_bytes());
+            if f.truncated {
+                eprintln!("ccctl: the body went on past --max-bytes");
             }
         }
         None => {}
