@@ -198,7 +198,7 @@ fn a_killed_gateway_comes_back_with_the_runs_allowlist() {
     assert_eq!(stdout.trim(), "403");
     // The runner's web_fetch finds the new gateway's socket in the same directory.
     let out = w.f.tool(&run, &["web-fetch", &format!("http://allowed.example.test:{}/", w.port)]);
-    assert_eq!(text(&out).0, "hello from upstream", "{}", text(&out).1);
+    assert_eq!(text(&out).0, "hello from upstream\n", "{}", text(&out).1);
 }
 
 /// The runner's web_fetch: through the run's own proxy, decided like any connection,
@@ -215,7 +215,7 @@ fn web_fetch_goes_through_the_runs_proxy() {
     let (raw, _) = fetch(&run, &["--text", &format!("http://allowed.example.test:{html}/docs")]);
     assert!(raw.starts_with("<html>"), "{raw}");
     let (cut, stderr) = fetch(&run, &["--max-bytes", "5", &format!("http://allowed.example.test:{}/", w.port)]);
-    assert_eq!(cut, "hello");
+    assert_eq!(cut, "hello\n");
     assert!(stderr.contains("past --max-bytes"), "{stderr}");
 
     // Refused by the proxy, with its reason; a URL that is not http(s); each one line.
@@ -465,7 +465,7 @@ fn without_an_envelope_the_proxies_need_the_runs_credential() {
     assert_eq!(exit, Some(97), "SOCKS without the credential: curl cannot authenticate");
     assert_eq!(code(&format!("http://cc-run:{password}@{address}")), "200", "the credential is what admits");
     let out = w.f.tool(&run, &["web-fetch", &format!("http://allowed.example.test:{port}/")]);
-    assert_eq!(text(&out).0, "hello from upstream", "web_fetch of an unwrapped run: {}", text(&out).1);
+    assert_eq!(text(&out).0, "hello from upstream\n", "web_fetch of an unwrapped run: {}", text(&out).1);
     let refused = w.f.sup.await_event(Duration::from_secs(10), |e| {
         e.kind == "egress_denied" && cc_tests::payload(e)["rule"] == "proxy_auth_required"
     });

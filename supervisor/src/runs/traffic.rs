@@ -43,8 +43,19 @@ impl Traffic {
 
 /// `text` cut to `max` characters, control characters escaped: it came from an agent.
 pub fn printable(text: &str, max: usize) -> String {
-    let mut out: String = text.chars().flat_map(char::escape_debug).take(max).collect();
-    if text.chars().flat_map(char::escape_debug).nth(max).is_some() {
+    let escaped = || {
+        text.chars().flat_map(|c| {
+            let mut one = String::new();
+            if c.is_control() {
+                one.extend(c.escape_debug())
+            } else {
+                one.push(c)
+            }
+            one.chars().collect::<Vec<_>>()
+        })
+    };
+    let mut out: String = escaped().take(max).collect();
+    if escaped().nth(max).is_some() {
         out.push('…');
     }
     out
@@ -184,5 +195,6 @@ mod tests {
         assert_eq!(printable("a\r\nb\0", 100), "a\\r\\nb\\0");
         assert_eq!(printable(&"x".repeat(10), 4), "xxxx…");
         assert_eq!(printable("plain.test", 10), "plain.test");
+        assert_eq!(printable("isn't \"quoted\"", 20), "isn't \"quoted\"", "only control characters");
     }
 }

@@ -462,7 +462,11 @@ fn print_result(result: Option<Outcome>, json: bool) {
             if !f.location.is_empty() {
                 eprintln!("ccctl: redirected to {} (not followed)", f.location);
             }
-            let _ = std::io::stdout().lock().write_all(f.text.as_bytes());
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(f.text.as_bytes());
+            if !f.text.is_empty() && !f.text.ends_with('\n') {
+                let _ = out.write_all(b"\n");
+            }
             if f.truncated {
                 eprintln!("ccctl: the body went on past --max-bytes");
             }
