@@ -167,7 +167,7 @@ impl Doors {
         {
             let (door, shared) = (door.clone(), self.shared.clone());
             let slots = Arc::new(Semaphore::new(MAX_GIT_CONNECTIONS));
-            let limit: Limit = (slots, Arc::new(proxy::too_many));
+            let limit: Limit<UnixStream> = (slots, Arc::new(proxy::too_many));
             tokio::spawn(accept(git, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 serve_git(stream, door.clone(), shared.clone())
             }));
@@ -181,7 +181,7 @@ impl Doors {
                     proxy::too_many(stream);
                 }
             };
-            let limit: Limit = (tunnels.clone(), Arc::new(full));
+            let limit: Limit<UnixStream> = (tunnels.clone(), Arc::new(full));
             tokio::spawn(accept(http, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 proxy::http(stream, egress.clone(), shared.clone(), None)
             }));
@@ -195,22 +195,29 @@ impl Doors {
                     drop(stream);
                 }
             };
-            let limit: Limit = (tunnels.clone(), Arc::new(full));
+            let limit: Limit<UnixStream> = (tunnels.clone(), Arc::new(full));
             tokio::spawn(accept(socks, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 proxy::socks(stream, egress.clone(), shared.clone(), None)
             }));
         }
         if let Some((auth, http, socks)) = loopback {
-            let (http_egress, shared) = (egress.clone(), self.shared.clone());
-            let auth_for_socks = auth.clone();
-            let (run, slots) = (door.run_id.clone(), tunnels.clone());
-            tokio::spawn(accept_tcp(http, run, stopped.clone(), slots, move |stream| {
-                proxy::http(stream, http_egress.clone(), shared.clone(), Some(auth.clone()))
+            // Past the cap a loopback connection is closed, and the refusal recorded.
+            let full = {
+                let (egress, shared) = (egress.clone(), self.shared.clone());
+                move |stream: tokio::net::TcpStream| {
+                    egress.refuse_too_many(&shared);
+                    drop(stream);
+                }
+            };
+            let full: Arc<dyn Fn(tokio::net::TcpStream) + Send + Sync> = Arc::new(full);
+            let (http_egress, shared, http_auth) = (egress.clone(), self.shared.clone(), auth.clone());
+            let limit = (tunnels.clone(), full.clone());
+            tokio::spawn(accept(http, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                proxy::http(stream, http_egress.clone(), shared.clone(), Some(http_auth.clone()))
             }));
             let shared = self.shared.clone();
-            let run = door.run_id.clone();
-            tokio::spawn(accept_tcp(socks, run, stopped, tunnels, move |stream| {
-                proxy::socks(stream, egress.clone(), shared.clone(), Some(auth_for_socks.clone()))
+            tokio::spawn(accept(socks, door.run_id.clone(), allowed, stopped, (tunnels, full), move |stream| {
+                proxy::socks(stream, egress.clone(), shared.clone(), Some(auth.clone()))
             }));
         }
         tracing::info!(run = %door.run_id, dir = %dir.display(), repositories = door.repositories.len(), network = door.egress.network, "serving the run's doors");
@@ -257,86 +264,75 @@ struct Allowed {
 }
 
 /// A door's connection slots, and what a connection past them gets.
-type Limit = (Arc<Semaphore>, Arc<dyn Fn(UnixStream) + Send + Sync>);
+type Limit<S> = (Arc<Semaphore>, Arc<dyn Fn(S) + Send + Sync>);
 
-/// Accepts connections from the run's user until the run's doors close, each served
+/// What a door listens on: a Unix socket of the run's, where the kernel names the
+/// peer's user, or (for a run without an envelope) a loopback port, where anyone
+/// local may connect and the handler asks for the run's credential ([`loopback`]).
+trait Listener: Send + 'static {
+    type Stream: Send + 'static;
+    fn accept_one(&self) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+    /// `Err(uid)`: a peer of another user, refused before a byte is read.
+    fn admits(stream: &Self::Stream, allowed: Allowed) -> Result<(), Option<u32>>;
+}
+
+impl Listener for UnixListener {
+    type Stream = UnixStream;
+    async fn accept_one(&self) -> std::io::Result<UnixStream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+    fn admits(stream: &UnixStream, allowed: Allowed) -> Result<(), Option<u32>> {
+        let peer = stream.peer_cred().ok().map(|c| c.uid());
+        if peer.is_none() || (peer != Some(allowed.run) && peer != allowed.ours) { Err(peer) } else { Ok(()) }
+    }
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept_one(&self) -> std::io::Result<tokio::net::TcpStream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+    fn admits(_: &tokio::net::TcpStream, _: Allowed) -> Result<(), Option<u32>> {
+        Ok(())
+    }
+}
+
+/// Accepts connections the listener admits until the run's doors close, each served
 /// by `handle` while it holds one of `slots`; one past them is given to `full` (an
 /// HTTP 503, or closed) and dropped at once.
-async fn accept<F, Fut>(
-    listener: UnixListener,
+async fn accept<L, F, Fut>(
+    listener: L,
     run: String,
     allowed: Allowed,
     mut stopped: watch::Receiver<()>,
-    (slots, full): Limit,
+    (slots, full): Limit<L::Stream>,
     handle: F,
 ) where
-    F: Fn(UnixStream) -> Fut + Send + 'static,
+    L: Listener,
+    F: Fn(L::Stream) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     loop {
         let accepted = tokio::select! {
             _ = stopped.changed() => return,
-            accepted = listener.accept() => accepted,
+            accepted = listener.accept_one() => accepted,
         };
         let stream = match accepted {
-            Ok((stream, _)) => stream,
+            Ok(stream) => stream,
             Err(e) => {
                 // Out of descriptors, most likely: wait a little rather than spin.
-                tracing::warn!(run, error = %e, "cannot accept on a run's socket");
+                tracing::warn!(run, error = %e, "cannot accept on a run's door");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };
-        let peer = stream.peer_cred().ok().map(|c| c.uid());
-        if peer.is_none() || (peer != Some(allowed.run) && peer != allowed.ours) {
-            tracing::warn!(run, peer_uid = ?peer, "refused a connection from another user");
+        if let Err(peer_uid) = L::admits(&stream, allowed) {
+            tracing::warn!(run, ?peer_uid, "refused a connection from another user");
             continue;
         }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!(run, "refused a connection: the run holds too many");
             full(stream);
-            continue;
-        };
-        let served = handle(stream);
-        let mut stopped = stopped.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            tokio::select! {
-                _ = served => {}
-                _ = stopped.changed() => {}
-            }
-        });
-    }
-}
-
-/// A run's loopback proxy port: anyone local may connect, and the handler asks for the
-/// run's credential ([`loopback`]). Past the run's tunnel slots, the connection is
-/// closed at once (the proxy's own refusal is recorded for the socket doors).
-async fn accept_tcp<F, Fut>(
-    listener: tokio::net::TcpListener,
-    run: String,
-    mut stopped: watch::Receiver<()>,
-    slots: Arc<Semaphore>,
-    handle: F,
-) where
-    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    loop {
-        let accepted = tokio::select! {
-            _ = stopped.changed() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(run, error = %e, "cannot accept on a run's loopback proxy");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(run, "refused a loopback connection: the run holds too many");
             continue;
         };
         let served = handle(stream);
