@@ -158,7 +158,7 @@ fn nothing_to_push_is_a_clean_no_op() {
 fn github_remotes_are_rewritten_to_the_bridge_for_fetch_and_push() {
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("gitconfig");
-    std::fs::write(&config, cc_gateway::git::rewrite::run_gitconfig(40123).unwrap()).unwrap();
+    std::fs::write(&config, cc_gateway::git::rewrite::run_gitconfig(40123, 40080).unwrap()).unwrap();
     let repo = tmp.path().join("r");
     ok(tmp.path(), &["init", "-q", up(&repo)]);
     for (remote, path) in [
@@ -187,4 +187,16 @@ fn github_remotes_are_rewritten_to_the_bridge_for_fetch_and_push() {
         assert_eq!(run(&["ls-remote", "--get-url", "origin"]), want, "fetch of {remote}");
         assert_eq!(run(&["remote", "get-url", "--push", "origin"]), want, "push of {remote}");
     }
+    // Any other http(s) remote goes through the run's proxy; the bridge never does.
+    let proxy_for = |url: &str| {
+        let out = Command::new("git")
+            .args(["config", "--get-urlmatch", "http.proxy", url])
+            .env("GIT_CONFIG_GLOBAL", &config)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(proxy_for("https://gitlab.com/o/r.git"), "http://127.0.0.1:40080");
+    assert_eq!(proxy_for("http://127.0.0.1:40123/o/r.git"), "");
 }

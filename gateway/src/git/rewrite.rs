@@ -19,10 +19,11 @@ pub const GITHUB_SPELLINGS: &[&str] = &[
 pub struct BadBridge(pub String);
 
 /// The gitconfig text for a run whose gateway bridge listens on `port` inside its
-/// envelope. Credential helpers are switched off: there is nothing for one to find,
-/// and none should prompt.
-pub fn run_gitconfig(port: u16) -> Result<String, BadBridge> {
-    if port == 0 {
+/// envelope, and whose HTTP proxy on `proxy_port`: git's `http.proxy` names it (as
+/// the environment does), and the bridge itself is exempt. Credential helpers are
+/// switched off: there is nothing for one to find, and none should prompt.
+pub fn run_gitconfig(port: u16, proxy_port: u16) -> Result<String, BadBridge> {
+    if port == 0 || proxy_port == 0 {
         return Err(BadBridge(format!("http://127.0.0.1:{port}/")));
     }
     let mut text = format!(
@@ -31,6 +32,8 @@ pub fn run_gitconfig(port: u16) -> Result<String, BadBridge> {
     for spelling in GITHUB_SPELLINGS {
         text.push_str(&format!("\tinsteadOf = {spelling}\n"));
     }
+    text.push_str(&format!("[http]\n\tproxy = http://127.0.0.1:{proxy_port}\n"));
+    text.push_str(&format!("[http \"http://127.0.0.1:{port}/\"]\n\tproxy =\n"));
     text.push_str("[credential]\n\thelper =\n");
     Ok(text)
 }
@@ -41,10 +44,12 @@ mod tests {
 
     #[test]
     fn the_config_names_every_spelling_once() {
-        let text = run_gitconfig(40123).unwrap();
+        let text = run_gitconfig(40123, 40080).unwrap();
         for s in GITHUB_SPELLINGS {
             assert_eq!(text.matches(&format!("insteadOf = {s}\n")).count(), 1, "{s}");
         }
-        assert!(run_gitconfig(0).is_err());
+        assert!(text.contains("[http]\n\tproxy = http://127.0.0.1:40080\n"), "{text}");
+        assert!(text.contains("[http \"http://127.0.0.1:40123/\"]\n\tproxy =\n"), "the bridge is exempt: {text}");
+        assert!(run_gitconfig(0, 1).is_err() && run_gitconfig(1, 0).is_err());
     }
 }
