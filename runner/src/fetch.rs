@@ -18,7 +18,15 @@ use tokio_rustls::rustls;
 use tonic::Status;
 
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 20;
-pub const MAX_MAX_BYTES: u64 = 10 << 20;
+/// The runner's answer travels in one gRPC message (4 MiB at most), and text made
+/// from bytes that are not UTF-8 can grow by half: 2 MiB leaves room.
+pub const MAX_MAX_BYTES: u64 = 2 << 20;
+/// Element nesting past which HTML is returned as it came: htmd walks the tree
+/// recursively, and a page of 100,000 nested `<div>`s would overflow the stack.
+const MAX_NESTING: usize = 512;
+/// The converter's own thread's stack: 64 times what [`MAX_NESTING`] needs, for the
+/// elements the HTML parser adds by itself.
+const CONVERT_STACK: usize = 64 << 20;
 /// The whole fetch, from the proxy's socket to the body's last byte read.
 const DEADLINE: Duration = Duration::from_secs(30);
 /// A proxy's answer head is a status line and a few headers.
@@ -189,14 +197,14 @@ where
         }
     }
     connection.abort();
-    Ok(WebFetchResult {
-        status: status.into(),
-        text: render(&read, &content_type, target.markdown),
-        content_type,
-        bytes: read.len() as u64,
-        truncated,
-        location,
+    let (markdown, kind) = (target.markdown, content_type.clone());
+    let (read, text) = tokio::task::spawn_blocking(move || {
+        let text = render(&read, &kind, markdown);
+        (read, text)
     })
+    .await
+    .map_err(|e| Status::internal(format!("rendering the page failed: {e}")))?;
+    Ok(WebFetchResult { status: status.into(), text, content_type, bytes: read.len() as u64, truncated, location })
 }
 
 /// The body as the caller asked: Markdown from HTML, other text as it came, nothing
@@ -212,11 +220,54 @@ pub fn render(body: &[u8], content_type: &str, markdown: bool) -> String {
     if !texty {
         return String::new();
     }
-    let text = String::from_utf8_lossy(body);
-    if markdown && (kind == "text/html" || kind == "application/xhtml+xml") {
-        return htmd::convert(&text).unwrap_or_else(|_| text.into_owned());
+    let text = String::from_utf8_lossy(body).into_owned();
+    if markdown && (kind == "text/html" || kind == "application/xhtml+xml") && nesting(&text) <= MAX_NESTING {
+        let html = text.clone();
+        let converted = std::thread::Builder::new()
+            .name("web_fetch markdown".into())
+            .stack_size(CONVERT_STACK)
+            .spawn(move || htmd::convert(&html).ok())
+            .ok()
+            .and_then(|thread| thread.join().ok().flatten());
+        return converted.unwrap_or(text);
     }
-    text.into_owned()
+    text
+}
+
+/// How deep `html`'s elements nest, estimated on the high side: an end tag closes
+/// only the element on top (the HTML parser ignores one that would close past an
+/// element of another kind), void and self-closed elements open nothing, and the
+/// contents of script, style and the like are skipped.
+pub fn nesting(html: &str) -> usize {
+    const VOID: &[&str] =
+        &["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"];
+    const RAW: &[&str] = &["script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes"];
+    let lower = html.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    let (mut open, mut deepest, mut at) = (Vec::<&str>::new(), 0, 0);
+    while let Some(found) = lower[at..].find('<') {
+        let start = at + found + 1;
+        let closing = bytes.get(start) == Some(&b'/');
+        let name_at = if closing { start + 1 } else { start };
+        let name_len = lower[name_at..].bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'-').count();
+        let name = &lower[name_at..name_at + name_len];
+        let end = lower[name_at..].find('>').map_or(lower.len(), |e| name_at + e);
+        at = (end + 1).min(lower.len());
+        if name.is_empty() || !bytes[name_at].is_ascii_alphabetic() {
+            continue;
+        }
+        if closing {
+            if open.last() == Some(&name) {
+                open.pop();
+            }
+        } else if RAW.contains(&name) {
+            at = lower[at..].find(&format!("</{name}")).map_or(lower.len(), |e| at + e);
+        } else if !VOID.contains(&name) && !lower[..end].ends_with('/') {
+            open.push(name);
+            deepest = deepest.max(open.len());
+        }
+    }
+    deepest
 }
 
 #[cfg(test)]
@@ -258,5 +309,20 @@ mod tests {
         assert_eq!(render(html, "text/html", false), String::from_utf8_lossy(html));
         assert_eq!(render(b"{\"a\":1}", "application/json", true), "{\"a\":1}");
         assert_eq!(render(b"\x89PNG", "image/png", true), "");
+    }
+
+    #[test]
+    fn deep_nesting_is_returned_as_text_not_walked() {
+        assert_eq!(nesting("<html><body><div><p>a<br>b</p><img src=x/></div></body></html>"), 4);
+        assert_eq!(nesting("<script>if (a<b && c<d) {}</script><p>x</p>"), 1);
+        // Stray end tags close nothing the parser would not: the estimate stays high.
+        let sneaky = "<span><div></span>".repeat(400);
+        assert!(nesting(&sneaky) >= 800, "{}", nesting(&sneaky));
+        let deep = "<div>".repeat(100_000);
+        assert!(nesting(&deep) > MAX_NESTING);
+        assert_eq!(render(deep.as_bytes(), "text/html", true), deep, "as it came, and no crash");
+        // Within the limit, converted on a thread of its own.
+        let fine = format!("{}<b>deep</b>{}", "<div>".repeat(400), "</div>".repeat(400));
+        assert!(render(fine.as_bytes(), "text/html", true).contains("**deep**"));
     }
 }

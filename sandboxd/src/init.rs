@@ -262,12 +262,17 @@ where
     W: std::io::Write + std::os::fd::AsFd,
 {
     use nix::fcntl::{FcntlArg, SpliceFFlags, fcntl, splice};
-    const CHUNK: usize = 1 << 20;
-    let Ok((pipe_read, pipe_write)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
-        return std::io::copy(from, to).map(drop);
+    // 256 KiB each way; a pipe the kernel keeps smaller (past the user's pipe
+    // allowance) is no better than a buffered copy, which is done instead.
+    const CHUNK: usize = 256 << 10;
+    let pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok().filter(|(_, write)| {
+        let _ = fcntl(write, FcntlArg::F_SETPIPE_SZ(CHUNK as i32));
+        fcntl(write, FcntlArg::F_GETPIPE_SZ).is_ok_and(|size| size >= 64 << 10)
+    });
+    let Some((pipe_read, pipe_write)) = pipe else {
+        let mut from = std::io::BufReader::with_capacity(CHUNK, from);
+        return std::io::copy(&mut from, to).map(drop);
     };
-    // Best effort: past /proc/sys/fs/pipe-max-size the default 64 KiB stays.
-    let _ = fcntl(&pipe_write, FcntlArg::F_SETPIPE_SZ(CHUNK as i32));
     loop {
         let filled = splice(from.as_fd(), None, &pipe_write, None, CHUNK, SpliceFFlags::SPLICE_F_MOVE)?;
         if filled == 0 {

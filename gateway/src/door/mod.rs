@@ -210,6 +210,9 @@ impl Doors {
                 }
             };
             let full: Arc<dyn Fn(tokio::net::TcpStream) + Send + Sync> = Arc::new(full);
+            // Slots of their own: anyone local can connect here, and holding them
+            // unauthenticated must not starve the run's sockets (its runner's web_fetch).
+            let tunnels = Arc::new(Semaphore::new(MAX_TUNNELS));
             let (http_egress, shared, http_auth) = (egress.clone(), self.shared.clone(), auth.clone());
             let limit = (tunnels.clone(), full.clone());
             tokio::spawn(accept(http, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {

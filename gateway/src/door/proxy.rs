@@ -48,6 +48,8 @@ const TOO_MANY: &str = "too_many_connections";
 const AUTH_REQUIRED: &str = "proxy_auth_required";
 /// The host of a refusal whose request could not be read.
 const UNREAD: &str = "(unreadable request)";
+/// The host of a refusal of a loopback client without the run's credential.
+const UNAUTHENTICATED: &str = "(unauthenticated)";
 
 /// A run's network as the supervisor gave it, comparable (a run told again with the
 /// same policy keeps its doors).
@@ -303,7 +305,9 @@ pub async fn http<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sha
         && !auth.admits_http(request.header("proxy-authorization"))
     {
         let why = "this proxy needs the run's credential (the run's HTTP_PROXY carries it)";
-        run.denied(&shared, request.target.host(), request.target.port(), AUTH_REQUIRED, why);
+        // Not under the host asked for: whoever asked may not be the run at all, and
+        // must not write destinations into its record.
+        run.denied(&shared, UNAUTHENTICATED, 0, AUTH_REQUIRED, why);
         let mut answer = http_request::refusal(407, "Proxy Authentication Required", AUTH_REQUIRED, why);
         let at = answer.windows(2).position(|w| w == b"\r\n").map_or(0, |p| p + 2);
         answer.splice(at..at, b"Proxy-Authenticate: Basic realm=\"cc-run\"\r\n".iter().copied());
@@ -363,7 +367,8 @@ fn origin_form(request: &http_request::ProxyRequest, method: &str, host: &str, p
 /// `auth`: the credential a loopback client must present (RFC 1929); `None` on the
 /// run's socket, where no authentication is offered.
 pub async fn socks<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Shared>, auth: Option<Loopback>) {
-    // Ok(None): the client went away before asking anything.
+    // Ok(None): the client went away before asking anything; Err: the refusal's
+    // (host, rule, reason).
     let handshake = async {
         let mut buf = Vec::new();
         let (greeting, used) = loop {
@@ -371,16 +376,18 @@ pub async fn socks<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sh
                 Ok(Some(read)) => break read,
                 Ok(None) if read_more(&mut client, &mut buf).await.unwrap_or(false) => {}
                 Ok(None) => return Ok(None),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err((UNREAD, BAD_REQUEST, e.to_string())),
             }
         };
         let method = if auth.is_some() { socks::USER_PASSWORD } else { socks::NO_AUTH };
         if !greeting.methods.contains(&method) {
             let _ = client.write_all(&[socks::VERSION, socks::NO_ACCEPTABLE_METHOD]).await;
             return Err(if auth.is_some() {
-                "this proxy needs the run's credential (user name and password)".to_owned()
+                let why = "this proxy needs the run's credential (user name and password)";
+                (UNAUTHENTICATED, AUTH_REQUIRED, why.to_owned())
             } else {
-                "the client offers no method this proxy takes (no authentication)".to_owned()
+                let why = "the client offers no method this proxy takes (no authentication)";
+                (UNREAD, BAD_REQUEST, why.to_owned())
             });
         }
         if client.write_all(&[socks::VERSION, method]).await.is_err() {
@@ -393,13 +400,14 @@ pub async fn socks<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sh
                     Ok(Some(read)) => break read,
                     Ok(None) if read_more(&mut client, &mut buf).await.unwrap_or(false) => {}
                     Ok(None) => return Ok(None),
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err((UNAUTHENTICATED, AUTH_REQUIRED, e.to_string())),
                 }
             };
             let admitted = auth.admits(&credentials.user, &credentials.password);
             let _ = client.write_all(&[1, if admitted { 0 } else { 1 }]).await;
             if !admitted {
-                return Err("the client presented another credential than the run's".to_owned());
+                let why = "the client presented another credential than the run's";
+                return Err((UNAUTHENTICATED, AUTH_REQUIRED, why.to_owned()));
             }
             buf.drain(..used);
         }
@@ -414,7 +422,7 @@ pub async fn socks<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sh
                         _ => socks::reply::GENERAL_FAILURE,
                     };
                     let _ = client.write_all(&socks::reply(code, None)).await;
-                    return Err(e.to_string());
+                    return Err((UNREAD, BAD_REQUEST, e.to_string()));
                 }
             }
         }
@@ -422,7 +430,7 @@ pub async fn socks<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sh
     let (request, rest) = match tokio::time::timeout(HANDSHAKE, handshake).await {
         Ok(Ok(Some(read))) => read,
         Ok(Ok(None)) => return,
-        Ok(Err(why)) => return run.denied(&shared, UNREAD, 0, BAD_REQUEST, &why),
+        Ok(Err((host, rule, why))) => return run.denied(&shared, host, 0, rule, &why),
         Err(_) => {
             let why = format!("no complete request within {HANDSHAKE:?}");
             return run.denied(&shared, UNREAD, 0, HANDSHAKE_TIMEOUT, &why);

@@ -23,6 +23,12 @@ const QUEUE: usize = 8192;
 const BATCH: usize = 512;
 /// How long the sender gathers after the first record of a batch.
 const GATHER: Duration = Duration::from_millis(100);
+/// Distinct refusals of one run in one batch; past them, each rule's refusals fold
+/// into one record for "(other hosts)", so an agent asking for a million names costs
+/// a few records per batch, not a million.
+pub const DENIALS_PER_BATCH: usize = 16;
+/// The host of a folded record.
+pub const OTHER_HOSTS: &str = "(other hosts)";
 
 /// One thing a run's proxy saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,21 +104,36 @@ async fn send(mut received: mpsc::Receiver<Seen>, peers: Arc<Peers>, dropped: Ar
 }
 
 /// Sums what can be summed: refusals with the same run, host, port and rule (the
-/// first reason stands for them), and each destination's opens and bytes.
+/// first reason stands for them), and each destination's opens and bytes. Past
+/// [`DENIALS_PER_BATCH`] distinct refusals of a run, the rest fold per rule.
 pub fn coalesce(seen: Vec<Seen>) -> Vec<sv::EgressRecord> {
     use sv::egress_record::Outcome;
     let mut out: Vec<sv::EgressRecord> = Vec::new();
     let mut index: HashMap<(String, String, u16, Option<&'static str>), usize> = HashMap::new();
+    let mut distinct_denials: HashMap<String, usize> = HashMap::new();
     for s in seen {
         let rule = match &s.what {
             What::Denied { rule, .. } => Some(*rule),
             _ => None,
         };
-        let key = (s.run_id, s.host, s.port, rule);
+        let mut key = (s.run_id, s.host, s.port, rule);
+        if rule.is_some() && !index.contains_key(&key) {
+            let distinct = distinct_denials.entry(key.0.clone()).or_default();
+            if *distinct >= DENIALS_PER_BATCH {
+                key = (key.0, OTHER_HOSTS.to_owned(), 0, rule);
+            } else {
+                *distinct += 1;
+            }
+        }
         let slot = *index.entry(key.clone()).or_insert_with(|| {
             let outcome = match &s.what {
                 What::Denied { rule, reason } => {
-                    Outcome::Denied(sv::EgressDenial { rule: (*rule).to_owned(), reason: reason.clone(), count: 0 })
+                    let reason = if key.1 == OTHER_HOSTS {
+                        format!("more hosts than {DENIALS_PER_BATCH} were refused within {GATHER:?}; first: {reason}")
+                    } else {
+                        reason.clone()
+                    };
+                    Outcome::Denied(sv::EgressDenial { rule: (*rule).to_owned(), reason, count: 0 })
                 }
                 _ => Outcome::Carried(sv::EgressCarried::default()),
             };
@@ -180,6 +201,19 @@ mod tests {
                 row("r1", "evil.test", 80, "denied not_on_allowlist x1 (other port)"),
             ]
         );
+    }
+
+    #[test]
+    fn a_flood_of_hosts_folds_into_a_few_records() {
+        let denied = What::Denied { rule: "not_on_allowlist", reason: "no".into() };
+        let flood: Vec<Seen> = (0..10_000).map(|i| seen("r1", &format!("x{i}.test"), 443, denied.clone())).collect();
+        let records = coalesce(flood);
+        assert_eq!(records.len(), DENIALS_PER_BATCH + 1);
+        let other = records.last().unwrap();
+        assert_eq!((other.host.as_str(), other.port), (OTHER_HOSTS, 0));
+        let Some(Outcome::Denied(d)) = &other.outcome else { panic!("{other:?}") };
+        assert_eq!(d.count as usize, 10_000 - DENIALS_PER_BATCH);
+        assert!(d.reason.contains("first: no"), "{}", d.reason);
     }
 
     #[test]

@@ -15,8 +15,13 @@ use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
 
-/// What one splice moves at most; the pipe is grown to hold it where the system allows.
-const CHUNK: usize = 1 << 20;
+/// What one splice moves at most, and the pipe's size: 256 KiB each way keeps a tunnel
+/// at loopback's speed and lets 128 tunnels of the gateway's user stay under the
+/// kernel's default per-user pipe allowance (`pipe-user-pages-soft`, 64 MiB).
+const CHUNK: usize = 256 << 10;
+/// Past its allowance the kernel makes a user's new pipes one or two pages: too small
+/// to beat a buffered copy, which the caller then does instead.
+const SMALLEST_PIPE: i32 = 64 << 10;
 
 /// A socket tokio watches, spliced by its descriptor.
 pub trait Socket: AsFd {
@@ -67,8 +72,12 @@ pub async fn both_ways(a: &impl Socket, b: &impl Socket, carried: &Carried) -> R
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
-    // Best effort: past /proc/sys/fs/pipe-max-size the default 64 KiB stays.
+    // Best effort: the size the pipe has is what counts.
     let _ = fcntl(&write, FcntlArg::F_SETPIPE_SZ(CHUNK as i32));
+    let size = fcntl(&write, FcntlArg::F_GETPIPE_SZ)?;
+    if size < SMALLEST_PIPE {
+        return Err(io::Error::other(format!("the kernel gave a pipe of {size} bytes")));
+    }
     Ok((read, write))
 }
 
@@ -88,9 +97,12 @@ async fn one_way(
         }
         let mut left = filled;
         while left > 0 {
-            left -= retry(to, Interest::WRITABLE, || splice(pipe_read, None, to.as_fd(), None, left, flags)).await?;
+            let moved =
+                retry(to, Interest::WRITABLE, || splice(pipe_read, None, to.as_fd(), None, left, flags)).await?;
+            // Counted as it reaches the other side, so a tunnel cut mid-chunk says so.
+            count.fetch_add(moved as u64, Ordering::Relaxed);
+            left -= moved;
         }
-        count.fetch_add(filled as u64, Ordering::Relaxed);
     }
 }
 

@@ -242,6 +242,8 @@ pub struct RunEnv {
 pub struct RunManager {
     env: RunEnv,
     live: Mutex<HashMap<RunId, Arc<LiveRun>>>,
+    /// `egress_denied` events recorded per run, against [`traffic::DENIAL_EVENTS`].
+    denial_events: Mutex<HashMap<String, u32>>,
 }
 
 fn now() -> i64 {
@@ -451,7 +453,7 @@ impl RunManager {
                 }
             }
         }
-        let manager = Arc::new(Self { env, live: Mutex::default() });
+        let manager = Arc::new(Self { env, live: Mutex::default(), denial_events: Mutex::default() });
         // Every new sandboxd process gets every live run before it serves calls
         // (DESIGN §2 rule 1). A call that still finds its run missing registers it and
         // retries (`runs::tools`).

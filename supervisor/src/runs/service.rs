@@ -39,13 +39,6 @@ impl RunsService {
                 cpu_usec: usage.cpu_usec,
             }
         });
-        let egress_traffic = match self.manager.egress_traffic(&r.id) {
-            Ok(traffic) => traffic.iter().map(|t| t.to_proto()).collect(),
-            Err(e) => {
-                tracing::warn!(run = %r.id, error = %e, "cannot read the run's egress traffic");
-                Vec::new()
-            }
-        };
         let tools = cc_policy::tools::registry(r.mode, r.network).iter().map(|t| t.name.to_owned()).collect();
         pb::Run {
             state: run_state(r.state) as i32,
@@ -65,7 +58,8 @@ impl RunsService {
             resources,
             git_gateway_bridged,
             git_gateway_port: if git_gateway_bridged { crate::runs::git_gateway::GIT_GATEWAY_PORT.into() } else { 0 },
-            egress_traffic,
+            // GetRun's alone: a list of runs stays small whatever they reached.
+            egress_traffic: vec![],
         }
     }
 }
@@ -110,7 +104,17 @@ impl Runs for RunsService {
 
     async fn get_run(&self, request: Request<pb::GetRunRequest>) -> Result<Response<pb::GetRunResponse>, Status> {
         let record = self.manager.record(&RunId::from_wire(request.into_inner().run_id))?;
-        Ok(Response::new(pb::GetRunResponse { run: Some(self.to_proto(record)) }))
+        let mut run = self.to_proto(record);
+        let manager = self.manager.clone();
+        let id = run.run_id.clone();
+        let traffic = tokio::task::spawn_blocking(move || manager.egress_traffic(&id))
+            .await
+            .map_err(|e| Status::internal(format!("reading the run's egress failed: {e}")))?;
+        match traffic {
+            Ok(traffic) => run.egress_traffic = traffic.iter().map(|t| t.to_proto()).collect(),
+            Err(e) => tracing::warn!(run = %run.run_id, error = %e, "cannot read the run's egress traffic"),
+        }
+        Ok(Response::new(pb::GetRunResponse { run: Some(run) }))
     }
 
     async fn stop_run(&self, request: Request<pb::StopRunRequest>) -> Result<Response<pb::StopRunResponse>, Status> {

@@ -12,6 +12,13 @@ use crate::store::{Store, StoreError};
 
 /// Records one request may carry: the gateway sends batches far smaller.
 pub const MAX_RECORDS: usize = 1024;
+/// Destinations kept per run; the rest of a run's traffic is summed under
+/// [`OTHER_DESTINATIONS`], so an agent naming a million hosts adds one row, not a million.
+pub const DESTINATIONS: i64 = 256;
+pub const OTHER_DESTINATIONS: &str = "(other destinations)";
+/// `egress_denied` events per run; past them one `egress_denied_suppressed` event
+/// says so and the refusals are only counted (`ccctl run show`).
+pub const DENIAL_EVENTS: u32 = 500;
 /// A host longer than this is cut, with a mark: the proxy refuses names past 253
 /// bytes, but the refusal of an over-long one names what it was sent.
 const HOST_CHARS: usize = 300;
@@ -62,26 +69,41 @@ pub fn printable(text: &str, max: usize) -> String {
 }
 
 impl Store {
-    /// Adds to the run's totals for one destination.
-    pub fn add_egress_traffic(&self, run: &str, host: &str, port: u16, add: &Traffic) -> Result<(), StoreError> {
-        self.conn()?.execute(
-            "INSERT INTO egress_traffic (run, host, port, connections, bytes_sent, bytes_received, denied)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (run, host, port) DO UPDATE SET
-                connections = connections + excluded.connections,
-                bytes_sent = bytes_sent + excluded.bytes_sent,
-                bytes_received = bytes_received + excluded.bytes_received,
-                denied = denied + excluded.denied",
-            params![
-                run,
-                host,
-                port,
-                clamp(add.connections),
-                clamp(add.bytes_sent),
-                clamp(add.bytes_received),
-                clamp(add.denied)
-            ],
-        )?;
+    /// Adds to the runs' totals, one transaction for the whole batch. A destination
+    /// new to a run that has [`DESTINATIONS`] already is summed under
+    /// [`OTHER_DESTINATIONS`], port 0.
+    pub fn add_egress_traffic(&self, batch: &[(String, String, u16, Traffic)]) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        for (run, host, port, add) in batch {
+            let known: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM egress_traffic WHERE run = ?1 AND host = ?2 AND port = ?3)",
+                params![run, host, port],
+                |r| r.get(0),
+            )?;
+            let rows: i64 = tx.query_row("SELECT COUNT(*) FROM egress_traffic WHERE run = ?1", [run], |r| r.get(0))?;
+            let (host, port) =
+                if known || rows < DESTINATIONS { (host.as_str(), *port) } else { (OTHER_DESTINATIONS, 0) };
+            tx.execute(
+                "INSERT INTO egress_traffic (run, host, port, connections, bytes_sent, bytes_received, denied)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (run, host, port) DO UPDATE SET
+                    connections = connections + excluded.connections,
+                    bytes_sent = bytes_sent + excluded.bytes_sent,
+                    bytes_received = bytes_received + excluded.bytes_received,
+                    denied = denied + excluded.denied",
+                params![
+                    run,
+                    host,
+                    port,
+                    clamp(add.connections),
+                    clamp(add.bytes_sent),
+                    clamp(add.bytes_received),
+                    clamp(add.denied)
+                ],
+            )?;
+        }
+        tx.commit()?;
         Ok(())
     }
 
@@ -112,13 +134,25 @@ fn clamp(n: u64) -> i64 {
 }
 
 impl RunManager {
-    /// Stores what the gateway reports. A record of a run this supervisor never
-    /// started is skipped; one of an ended run is kept (its last tunnels close late).
+    /// Stores what the gateway reports: the totals in one transaction, then an event
+    /// per refusal within the run's [`DENIAL_EVENTS`]. A record of a run this
+    /// supervisor never started is skipped; one of an ended run is kept (its last
+    /// tunnels close late).
     pub fn record_egress(&self, records: Vec<pb::EgressRecord>) -> Result<u32, StoreError> {
         let store = &self.env.store;
-        let mut recorded = 0;
+        let mut known = std::collections::HashMap::new();
+        let mut batch = Vec::with_capacity(records.len());
+        let mut refusals = Vec::new();
         for record in records {
-            if store.run(&record.run_id)?.is_none() {
+            let exists = match known.get(&record.run_id) {
+                Some(exists) => *exists,
+                None => {
+                    let exists = store.run(&record.run_id)?.is_some();
+                    known.insert(record.run_id.clone(), exists);
+                    exists
+                }
+            };
+            if !exists {
                 continue;
             }
             let host = printable(&record.host, HOST_CHARS);
@@ -126,15 +160,14 @@ impl RunManager {
             let add = match record.outcome {
                 Some(pb::egress_record::Outcome::Denied(denied)) => {
                     let count = denied.count.max(1);
-                    let payload = json!({
+                    refusals.push(json!({
                         "run_id": record.run_id,
                         "host": host,
                         "port": port,
                         "rule": printable(&denied.rule, 64),
                         "reason": printable(&denied.reason, REASON_CHARS),
                         "count": count,
-                    });
-                    self.env.events.record("egress_denied", &format!("run:{}", record.run_id), payload);
+                    }));
                     Traffic { denied: count.into(), ..Traffic::default() }
                 }
                 Some(pb::egress_record::Outcome::Carried(carried)) => Traffic {
@@ -145,10 +178,29 @@ impl RunManager {
                 },
                 None => continue,
             };
-            store.add_egress_traffic(&record.run_id, &host, port, &add)?;
-            recorded += 1;
+            batch.push((record.run_id, host, port, add));
         }
-        Ok(recorded)
+        store.add_egress_traffic(&batch)?;
+        for payload in refusals {
+            let run = payload["run_id"].as_str().unwrap_or_default().to_owned();
+            let recorded = {
+                let mut counts = self.denial_events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let count = counts.entry(run.clone()).or_default();
+                *count = count.saturating_add(1);
+                *count
+            };
+            let subject = format!("run:{run}");
+            match recorded.cmp(&(DENIAL_EVENTS + 1)) {
+                std::cmp::Ordering::Less => self.env.events.record("egress_denied", &subject, payload),
+                std::cmp::Ordering::Equal => self.env.events.record(
+                    "egress_denied_suppressed",
+                    &subject,
+                    json!({ "run_id": run, "after": DENIAL_EVENTS, "see": format!("ccctl run show {run}") }),
+                ),
+                std::cmp::Ordering::Greater => {}
+            }
+        }
+        Ok(u32::try_from(batch.len()).unwrap_or(u32::MAX))
     }
 
     /// The run's egress per destination.
@@ -165,20 +217,16 @@ mod tests {
     fn totals_add_up_per_destination_and_sort_by_bytes() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(&tmp.path().join("state.db")).unwrap();
+        let add = |run: &str, host: &str, port: u16, t: Traffic| {
+            store.add_egress_traffic(&[(run.to_owned(), host.to_owned(), port, t)]).unwrap()
+        };
         let open = Traffic { connections: 1, ..Traffic::default() };
-        store.add_egress_traffic("r1", "a.test", 443, &open).unwrap();
-        store.add_egress_traffic("r1", "a.test", 443, &open).unwrap();
-        store
-            .add_egress_traffic(
-                "r1",
-                "a.test",
-                443,
-                &Traffic { bytes_sent: 5, bytes_received: 7, ..Default::default() },
-            )
-            .unwrap();
-        store.add_egress_traffic("r1", "b.test", 80, &Traffic { bytes_received: 100, ..Default::default() }).unwrap();
-        store.add_egress_traffic("r1", "c.test", 443, &Traffic { denied: 3, ..Default::default() }).unwrap();
-        store.add_egress_traffic("r2", "a.test", 443, &open).unwrap();
+        add("r1", "a.test", 443, open.clone());
+        add("r1", "a.test", 443, open.clone());
+        add("r1", "a.test", 443, Traffic { bytes_sent: 5, bytes_received: 7, ..Default::default() });
+        add("r1", "b.test", 80, Traffic { bytes_received: 100, ..Default::default() });
+        add("r1", "c.test", 443, Traffic { denied: 3, ..Default::default() });
+        add("r2", "a.test", 443, open);
         let traffic = store.egress_traffic("r1").unwrap();
         let summary: Vec<(&str, u64, u64, u64, u64)> = traffic
             .iter()
@@ -186,8 +234,25 @@ mod tests {
             .collect();
         assert_eq!(summary, vec![("b.test", 0, 0, 100, 0), ("a.test", 2, 5, 7, 0), ("c.test", 0, 0, 0, 3)]);
         // Counts past SQLite's signed range stay at its top instead of wrapping.
-        store.add_egress_traffic("r3", "x.test", 1, &Traffic { bytes_sent: u64::MAX, ..Default::default() }).unwrap();
+        add("r3", "x.test", 1, Traffic { bytes_sent: u64::MAX, ..Default::default() });
         assert_eq!(store.egress_traffic("r3").unwrap()[0].bytes_sent, i64::MAX as u64);
+    }
+
+    #[test]
+    fn a_run_keeps_so_many_destinations_and_sums_the_rest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("state.db")).unwrap();
+        let denied = Traffic { denied: 1, ..Traffic::default() };
+        let batch: Vec<_> =
+            (0..DESTINATIONS + 50).map(|i| ("r1".to_owned(), format!("x{i}.test"), 443, denied.clone())).collect();
+        store.add_egress_traffic(&batch).unwrap();
+        let traffic = store.egress_traffic("r1").unwrap();
+        assert_eq!(traffic.len() as i64, DESTINATIONS + 1);
+        let other = traffic.iter().find(|t| t.host == OTHER_DESTINATIONS).unwrap();
+        assert_eq!((other.port, other.denied), (0, 50));
+        // A destination already kept still counts as itself.
+        store.add_egress_traffic(&[("r1".into(), "x0.test".into(), 443, denied)]).unwrap();
+        assert_eq!(store.egress_traffic("r1").unwrap().iter().find(|t| t.host == "x0.test").unwrap().denied, 2);
     }
 
     #[test]

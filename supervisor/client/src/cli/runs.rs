@@ -110,7 +110,7 @@ pub enum ToolAction {
     /// Fetch a URL through the run's egress proxy (runs with their network on)
     WebFetch {
         url: String,
-        /// Bytes of the body read at most [default: 1 MiB; at most 10 MiB]
+        /// Bytes of the body read at most [default: 1 MiB; at most 2 MiB]
         #[arg(long, default_value_t = 0)]
         max_bytes: u64,
         /// The body as it came, rather than HTML turned into Markdown
