@@ -168,6 +168,12 @@ impl Gateway for GatewayService {
         let door = run_door(request.into_inner())?;
         let sockets = self.doors.open(door).map_err(|e| match e {
             DoorError::Egress(_) => Status::invalid_argument(e.to_string()),
+            DoorError::PortTaken { port, .. } => cc_proto::reasons::refusal(
+                tonic::Code::FailedPrecondition,
+                e.to_string(),
+                cc_proto::reasons::PORT_TAKEN,
+                &[("port", port.to_string())],
+            ),
             e => Status::internal(e.to_string()),
         })?;
         let bytes = |p: &std::path::Path| p.as_os_str().as_bytes().to_vec();

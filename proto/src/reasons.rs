@@ -48,7 +48,7 @@ pub const LINK_NOT_FOUND: &str = "LINK_NOT_FOUND";
 /// cannot be made (metadata `path`); choose `copy`, or put the data directory on btrfs or xfs.
 pub const REFLINK_UNSUPPORTED: &str = "REFLINK_UNSUPPORTED";
 /// What was asked for needs something this host or build does not have (metadata
-/// `backend`: `egress` for `--network on` until the egress proxy exists).
+/// `backend`).
 pub const BACKEND_UNAVAILABLE: &str = "BACKEND_UNAVAILABLE";
 /// No helper has this name (metadata `name`).
 pub const HELPER_NOT_FOUND: &str = "HELPER_NOT_FOUND";
@@ -77,6 +77,11 @@ pub const ALREADY_LISTED: &str = "ALREADY_LISTED";
 /// This entry is not on the workspace's network allowlist (metadata `entry`).
 pub const NOT_LISTED: &str = "NOT_LISTED";
 
+/// A run without an envelope cannot have its proxies on their loopback port: another
+/// process holds it (metadata `port`). The run's proxy variables would point at that
+/// process, so the run is stopped.
+pub const PORT_TAKEN: &str = "PORT_TAKEN";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -101,6 +106,7 @@ pub const ALL: &[&str] = &[
     NO_CREDENTIAL,
     ALREADY_LISTED,
     NOT_LISTED,
+    PORT_TAKEN,
 ];
 
 /// A refusal with `reason` and its metadata.

@@ -484,3 +484,32 @@ fn without_an_envelope_the_proxies_need_the_runs_credential() {
     });
     assert_eq!(code(&format!("http://{address}")), "407");
 }
+
+/// A run without an envelope whose loopback proxy port another process takes while
+/// the gateway restarts is stopped: its proxy variables would point at that process.
+#[test]
+fn a_taken_loopback_port_stops_the_run() {
+    let w = world_with(&["--sandbox", "off"]);
+    let run = w.run("on");
+    let (proxy, _) = w.bash(&run, "printf %s \"$HTTPS_PROXY\"");
+    let port: u16 = proxy.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).unwrap_or_else(|| panic!("{proxy}"));
+    let gateway = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
+    // Taken before the supervisor's restart backoff (100 ms) has passed.
+    let squatter = eventually_bound(port);
+    let ended =
+        w.f.sup.await_event(Duration::from_secs(20), |e| e.kind == "run_ended" && e.subject == format!("run:{run}"));
+    let reason = cc_tests::payload(&ended)["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("loopback proxy port"), "{reason}");
+    drop(squatter);
+}
+
+/// Binds `127.0.0.1:port` as soon as the dead gateway's listener is gone.
+fn eventually_bound(port: u16) -> TcpListener {
+    let mut bound = None;
+    eventually(Duration::from_secs(5), "the dead gateway's port is free", || {
+        bound = TcpListener::bind(("127.0.0.1", port)).ok();
+        bound.is_some()
+    });
+    bound.unwrap()
+}

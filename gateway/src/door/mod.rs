@@ -90,6 +90,8 @@ pub enum DoorError {
     Permissions { path: String, source: std::io::Error },
     #[error("the run's egress policy: {0}")]
     Egress(String),
+    #[error("cannot listen on 127.0.0.1:{port} for the run's proxy (another process holds it?): {source}")]
+    PortTaken { port: u16, source: std::io::Error },
 }
 
 /// The sockets a run's doors serve.
@@ -150,11 +152,7 @@ impl Doors {
         // anything is served so that a port taken by someone else fails the call.
         let loopback = match &door.egress.loopback {
             Some(l) => {
-                let bind = |port| {
-                    loopback::listen(port).map_err(|e| {
-                        DoorError::Egress(format!("cannot listen on 127.0.0.1:{port} for the run's proxy: {e}"))
-                    })
-                };
+                let bind = |port| loopback::listen(port).map_err(|source| DoorError::PortTaken { port, source });
                 Some((l.clone(), bind(l.http_port)?, bind(l.socks_port)?))
             }
             None => None,

@@ -87,10 +87,21 @@ fn register_request(run: &LiveRun) -> gw::RegisterRunRequest {
     }
 }
 
+/// Why a run whose loopback proxy port was taken ends.
+pub(super) const PORT_TAKEN_REASON: &str =
+    "another process took its loopback proxy port, where its proxy variables point: it cannot be held to its proxies";
+
+/// The gateway could not listen on the run's loopback proxy port.
+pub(super) fn port_taken(status: &tonic::Status) -> bool {
+    cc_proto::reasons::reason_of(status).is_some_and(|(reason, _)| reason == cc_proto::reasons::PORT_TAKEN)
+}
+
 impl RunManager {
     /// Opens the run's door. A gateway that is down does not stop the run: its git
     /// cannot reach GitHub until the gateway is back and has been told the run again.
-    pub(super) async fn register_gateway(&self, live: &LiveRun) {
+    /// `Err` only when the run's loopback proxy port is taken ([`port_taken`]): the
+    /// caller stops the run.
+    pub(super) async fn register_gateway(&self, live: &LiveRun) -> Result<(), tonic::Status> {
         let channels = &self.env.channels;
         let registered = async {
             let mut gateway = channels.gateway().await?;
@@ -99,11 +110,13 @@ impl RunManager {
         };
         match registered.await {
             Ok(_) => live.set_gateway_bridged(true),
+            Err(status) if port_taken(&status) => return Err(status),
             Err(status) => {
                 let payload = json!({ "error": status.message(), "then": "registered when the gateway next starts" });
                 self.env.events.record("git_gateway_unavailable", &format!("run:{}", live.record.id), payload);
             }
         }
+        Ok(())
     }
 
     /// Closes the run's door and every connection through it.
@@ -121,8 +134,10 @@ impl RunManager {
         let _ = crate::worktree::remove_tree(&self.env.data.gateway_run_dir(run_id));
     }
 
-    /// A gateway process started: every live run is registered with it again.
-    pub(super) async fn sync_gateway(&self, pid: u32) {
+    /// A gateway process started: every live run is registered with it again. A run
+    /// whose loopback proxy port another process took meanwhile is stopped (in the
+    /// background: its end needs the gateway this reconciliation makes ready).
+    pub(super) async fn sync_gateway(self: &std::sync::Arc<Self>, pid: u32) {
         let live: Vec<std::sync::Arc<LiveRun>> = self.lock().values().cloned().collect();
         let channels = &self.env.channels;
         let mut failed = 0;
@@ -135,6 +150,10 @@ impl RunManager {
             if let Err(status) = register.await {
                 run.set_gateway_bridged(false);
                 failed += 1;
+                if port_taken(&status) {
+                    let (manager, id) = (self.clone(), run.run_id.clone());
+                    tokio::spawn(async move { manager.stop(&id, PORT_TAKEN_REASON).await });
+                }
                 tracing::warn!(run = %run.record.id, error = %status.message(), "cannot register the run with the gateway again");
             } else {
                 run.set_gateway_bridged(true);

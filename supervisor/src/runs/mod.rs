@@ -722,7 +722,7 @@ impl RunManager {
         // Before the runner exists, so nothing of the run runs without its credential
         // or its git front door.
         self.register_credentials(&live).await;
-        self.register_gateway(&live).await;
+        let gateway = self.register_gateway(&live).await;
         self.env.events.record(
             "run_started",
             &format!("run:{id}"),
@@ -777,6 +777,12 @@ impl RunManager {
                 }
             }
         });
+        // Its loopback proxy port taken: its variables point at another process. Now
+        // that the runner task listens for it, the run is stopped, and the caller told.
+        if let Err(status) = gateway {
+            let _ = self.stop(&live.run_id, git_gateway::PORT_TAKEN_REASON).await;
+            return Err(RunError::Helper(status));
+        }
         Ok(live)
     }
 
