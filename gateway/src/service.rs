@@ -23,6 +23,9 @@ pub const SPEC: HelperSpec = HelperSpec { name: "gateway", capabilities: Capabil
 
 /// When the supervisor names no deadline for the gate's answers.
 const DEFAULT_GATE_DEADLINE: Duration = Duration::from_secs(305);
+/// How long a proxy's client may take to send its request, unless told
+/// (`[egress] handshake_timeout_ms`).
+const DEFAULT_HANDSHAKE: Duration = Duration::from_secs(10);
 
 pub struct GatewayService {
     context: HelperContext,
@@ -62,10 +65,13 @@ pub fn service(context: &HelperContext) -> Result<GatewayServer<GatewayService>,
     raise_open_files();
     let runs_dir = data.root().join("gateway").join("runs");
     make_searchable(&runs_dir)?;
-    let doors = Doors::new(
-        runs_dir,
-        Shared { reporter: Reporter::new(peers.clone()), peers, upstream: Upstream::new(github)? },
-    );
+    let handshake = bootstrap
+        .options
+        .get("handshake_timeout_ms")
+        .and_then(|ms| ms.parse().ok())
+        .map_or(DEFAULT_HANDSHAKE, Duration::from_millis);
+    let shared = Shared { reporter: Reporter::new(peers.clone()), peers, upstream: Upstream::new(github)?, handshake };
+    let doors = Doors::new(runs_dir, shared);
     tracing::info!(github, "forwarding runs' git to");
     Ok(GatewayServer::new(GatewayService { context: context.clone(), doors: Arc::new(doors) })
         .max_decoding_message_size(MAX_MESSAGE_BYTES))

@@ -21,6 +21,7 @@
 //! registries = ["registry.example"]   # the package-registry group, which ships empty
 //! allow = ["docs.example.com", "*.cdn.example.net:443"]
 //! telemetry = ["telemetry.example"]   # always denied, whatever the allowlist says
+//! handshake_timeout_ms = 10000        # a proxy's client has this long to send its request
 //! [egress.resolve]                    # like curl's --resolve: these names never go to DNS
 //! "api.internal.example" = ["10.0.0.7"]
 //!
@@ -307,9 +308,12 @@ pub struct GatewayConfig {
 }
 
 /// `[egress]`: the configuration's part of every run's network allowlist.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EgressConfig {
+    /// How long a proxy's client may take to send its whole request (a slow client's
+    /// connection is closed after it).
+    pub handshake_timeout_ms: u64,
     /// The package-registry group of the curated base (ships empty).
     pub registries: Vec<String>,
     /// More entries for every run.
@@ -320,8 +324,26 @@ pub struct EgressConfig {
     pub resolve: BTreeMap<String, Vec<String>>,
 }
 
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self {
+            handshake_timeout_ms: 10_000,
+            registries: vec![],
+            allow: vec![],
+            telemetry: vec![],
+            resolve: BTreeMap::new(),
+        }
+    }
+}
+
 impl EgressConfig {
     fn check(&self) -> Result<(), String> {
+        if !(1..=600_000).contains(&self.handshake_timeout_ms) {
+            return Err(format!(
+                "[egress] handshake_timeout_ms {} must be between 1 and 600000",
+                self.handshake_timeout_ms
+            ));
+        }
         use cc_gateway::egress::allowlist::Entry;
         for (key, list) in [("registries", &self.registries), ("allow", &self.allow), ("telemetry", &self.telemetry)] {
             for entry in list {

@@ -193,6 +193,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     gateway_options.insert("github_url".to_owned(), config.gateway.github_url.trim_end_matches('/').to_owned());
     let gate_wait = config.gate.approval_timeout_ms.saturating_add(config.deadlines.helper_call_ms);
     gateway_options.insert("gate_deadline_ms".to_owned(), gate_wait.to_string());
+    gateway_options.insert("handshake_timeout_ms".to_owned(), config.egress.handshake_timeout_ms.to_string());
     let launches = HelperKind::ALL
         .into_iter()
         .map(|kind| {

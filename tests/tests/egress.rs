@@ -44,6 +44,10 @@ fn typed_server(body: &'static str, content_type: Option<&'static str>) -> u16 {
     port
 }
 
+/// The proxies' handshake deadline in these tests: short, so that a slow client's
+/// end is seen without waiting ten seconds.
+const HANDSHAKE_MS: u64 = 1500;
+
 struct World {
     f: Fixture,
     port: u16,
@@ -68,6 +72,7 @@ fn world_with(args: &[&str]) -> World {
     let config = format!(
         "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"allowed.example.test\", \"*.wild.example.test\", \"rebind.example.test\", \
          \"127.0.0.1:{port}\", \"127.0.0.1:{html_port}\", \"telemetry.example.test\"]\ntelemetry = [\"telemetry.example.test\"]\n\
+         handshake_timeout_ms = {HANDSHAKE_MS}\n\
          [egress.resolve]\n\"allowed.example.test\" = [\"127.0.0.1\"]\n\"a.wild.example.test\" = [\"127.0.0.1\"]\n\
          \"rebind.example.test\" = [\"127.0.0.1\"]\n\"example.test\" = [\"127.0.0.1\"]\n\"other.example.test\" = [\"127.0.0.1\"]\n\
          \"ws.example.test\" = [\"127.0.0.1\"]\n",
@@ -512,4 +517,66 @@ fn eventually_bound(port: u16) -> TcpListener {
         bound.is_some()
     });
     bound.unwrap()
+}
+
+/// Slow clients: one that sends half a request and waits, one that trickles a byte at
+/// a time, and a SOCKS client that stops after its greeting are each cut at the
+/// handshake deadline (the whole request's, not each read's), recorded, and another
+/// run is served meanwhile.
+#[test]
+fn slow_clients_are_cut_at_the_handshake_deadline() {
+    let w = world();
+    let (slow, other) = (w.run("on"), w.run("on"));
+    let script = r#"
+import socket, threading, time
+def client(name, first, trickle=b"", proxy=41080):
+    s = socket.create_connection(("127.0.0.1", proxy), timeout=30)
+    s.sendall(first)
+    start = time.monotonic()
+    def drip():
+        for b in trickle:
+            try:
+                s.sendall(bytes([b])); time.sleep(0.1)
+            except OSError:
+                return
+    threading.Thread(target=drip, daemon=True).start()
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(4096)
+        except OSError:
+            break
+        if not chunk: break
+        data += chunk
+    elapsed = time.monotonic() - start
+    print(name, data.split(b"\r\n")[0].decode(errors="replace") or "closed", round(elapsed, 1))
+threads = [
+    threading.Thread(target=client, args=("half", b"CONNECT allowed.example.test:80 HTTP/1.1\r\n")),
+    threading.Thread(target=client, args=("trickle", b"C", b"ONNECT allowed.example.test:80 HTTP/1.1\r\nHost: x" * 3)),
+    threading.Thread(target=client, args=("socks", b"\x05\x01\x00", b"", 41081)),
+]
+for t in threads: t.start()
+for t in threads: t.join()
+"#;
+    let fetch = format!("curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://allowed.example.test:{}/", w.port);
+    let (out, served) = std::thread::scope(|scope| {
+        let slow_clients = scope.spawn(|| w.bash(&slow, &format!("python3 - <<'PY'\n{script}\nPY")));
+        let served = w.bash(&other, &fetch).0;
+        (slow_clients.join().unwrap(), served)
+    });
+    assert_eq!(served.trim(), "200", "another run is served while these wait");
+    let (stdout, stderr) = out;
+    let limit = HANDSHAKE_MS as f64 / 1000.0;
+    for name in ["half", "trickle", "socks"] {
+        let line = stdout.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {stdout}\n{stderr}"));
+        let elapsed: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(elapsed >= limit - 0.2 && elapsed < limit + 5.0, "{line}");
+        if name != "socks" {
+            assert!(line.contains("408"), "{line}");
+        }
+    }
+    let timed_out = w.f.sup.await_event(Duration::from_secs(10), |e| {
+        e.kind == "egress_denied" && cc_tests::payload(e)["rule"] == "handshake_timeout"
+    });
+    assert_eq!(timed_out.subject, format!("run:{slow}"));
 }

@@ -78,6 +78,8 @@ pub struct Shared {
     pub peers: Arc<Peers>,
     pub upstream: Upstream,
     pub reporter: report::Reporter,
+    /// How long a proxy's client may take to send its whole request.
+    pub handshake: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]

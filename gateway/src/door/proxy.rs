@@ -28,8 +28,6 @@ use crate::egress::deny::DenyList;
 use crate::egress::host::{Host, canonical};
 use crate::egress::{http_request, socks};
 
-/// How long a client may take to send its request's head.
-const HANDSHAKE: Duration = Duration::from_secs(10);
 /// How long a name may take to resolve, and an address to answer.
 const RESOLVE: Duration = Duration::from_secs(5);
 const DIAL: Duration = Duration::from_secs(10);
@@ -286,7 +284,7 @@ pub async fn http<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sha
             }
         }
     };
-    let (request, buf) = match tokio::time::timeout(HANDSHAKE, head).await {
+    let (request, buf) = match tokio::time::timeout(shared.handshake, head).await {
         Ok(Ok(Some(read))) => read,
         Ok(Ok(None)) => return,
         Ok(Err(why)) => {
@@ -295,7 +293,7 @@ pub async fn http<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sha
             return;
         }
         Err(_) => {
-            let why = format!("no complete request within {HANDSHAKE:?}");
+            let why = format!("no complete request within {:?}", shared.handshake);
             run.denied(&shared, UNREAD, 0, HANDSHAKE_TIMEOUT, &why);
             let _ = client.write_all(&http_request::refusal(408, "Request Timeout", HANDSHAKE_TIMEOUT, &why)).await;
             return;
@@ -427,12 +425,12 @@ pub async fn socks<S: Client>(mut client: S, run: Arc<EgressRun>, shared: Arc<Sh
             }
         }
     };
-    let (request, rest) = match tokio::time::timeout(HANDSHAKE, handshake).await {
+    let (request, rest) = match tokio::time::timeout(shared.handshake, handshake).await {
         Ok(Ok(Some(read))) => read,
         Ok(Ok(None)) => return,
         Ok(Err((host, rule, why))) => return run.denied(&shared, host, 0, rule, &why),
         Err(_) => {
-            let why = format!("no complete request within {HANDSHAKE:?}");
+            let why = format!("no complete request within {:?}", shared.handshake);
             return run.denied(&shared, UNREAD, 0, HANDSHAKE_TIMEOUT, &why);
         }
     };
