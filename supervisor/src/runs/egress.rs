@@ -106,12 +106,14 @@ pub fn gateway_policy(network: bool, config: &EgressConfig, workspace: &Workspac
 pub fn proxy_env(env: &mut HashMap<String, String>) {
     let http = format!("http://127.0.0.1:{HTTP_PROXY_PORT}");
     let socks = format!("socks5h://127.0.0.1:{SOCKS_PORT}");
-    for (name, value) in [("HTTP_PROXY", &http), ("HTTPS_PROXY", &http), ("ALL_PROXY", &socks)] {
-        env.insert(name.to_owned(), value.clone());
-        env.insert(name.to_ascii_lowercase(), value.clone());
-    }
-    for name in ["NO_PROXY", "no_proxy"] {
-        env.insert(name.to_owned(), "127.0.0.1,localhost".to_owned());
+    set_proxy_variables(env, &http, &socks, "127.0.0.1,localhost");
+}
+
+/// HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY, in upper and lower case.
+fn set_proxy_variables(env: &mut HashMap<String, String>, http: &str, socks: &str, no_proxy: &str) {
+    for (name, value) in [("HTTP_PROXY", http), ("HTTPS_PROXY", http), ("ALL_PROXY", socks), ("NO_PROXY", no_proxy)] {
+        env.insert(name.to_owned(), value.to_owned());
+        env.insert(name.to_ascii_lowercase(), value.to_owned());
     }
 }
 
@@ -123,15 +125,10 @@ pub const LOOPBACK_USER: &str = "cc-run";
 /// are free again when the gateway binds them; a port taken in between fails the
 /// gateway's registration, which says so.
 pub fn loopback_proxies() -> std::io::Result<gw::LoopbackProxies> {
-    let free = || -> std::io::Result<u16> {
-        let probe = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
-        Ok(probe.local_addr()?.port())
-    };
-    let http = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
-    let http_port = http.local_addr()?.port();
-    // Bound while the second is found, so that the two differ.
-    let socks_port = free()?;
-    drop(http);
+    // Both bound at once, so that the two differ; both free again when they go.
+    let probe = || std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0));
+    let (http, socks) = (probe()?, probe()?);
+    let (http_port, socks_port) = (http.local_addr()?.port(), socks.local_addr()?.port());
     let password = cc_proto::secret::PeerSecret::generate().map_err(std::io::Error::other)?;
     Ok(gw::LoopbackProxies {
         http_port: http_port.into(),
@@ -148,13 +145,7 @@ pub fn loopback_proxy_env(env: &mut HashMap<String, String>, proxies: &gw::Loopb
     let credential = format!("{}:{}", proxies.username, proxies.password);
     let http = format!("http://{credential}@127.0.0.1:{}", proxies.http_port);
     let socks = format!("socks5h://{credential}@127.0.0.1:{}", proxies.socks_port);
-    for (name, value) in [("HTTP_PROXY", &http), ("HTTPS_PROXY", &http), ("ALL_PROXY", &socks)] {
-        env.insert(name.to_owned(), value.clone());
-        env.insert(name.to_ascii_lowercase(), value.clone());
-    }
-    for name in ["NO_PROXY", "no_proxy"] {
-        env.insert(name.to_owned(), String::new());
-    }
+    set_proxy_variables(env, &http, &socks, "");
 }
 
 #[cfg(test)]

@@ -255,7 +255,8 @@ fn now() -> i64 {
 /// runner's envelope; `None` when no runner is started (explain). `git_gateway`: the
 /// run's gateway socket, bridged with the run's git config pointing at it (its
 /// directory must exist; the socket may come later). `config.path`: what sandboxd adds
-/// to PATH after the system's program directories.
+/// to PATH after the system's program directories. `loopback`: for a run without an
+/// envelope, the ports and credential its proxy variables name instead of the bridges.
 pub fn sandbox_policy(
     run_id: &str,
     paths: &RunPaths,
@@ -274,18 +275,19 @@ pub fn sandbox_policy(
     if let Some(socket) = git_gateway {
         env.insert("GIT_CONFIG_GLOBAL".to_owned(), git_gateway::gitconfig_inside());
         bridges.push(sb::Bridge { port: git_gateway::GIT_GATEWAY_PORT.into(), socket: path_bytes(socket) });
-        // The egress proxies beside it: the run's only way out.
+        // The egress proxies beside it: the run's only way out (on loopback ports
+        // instead when there is no envelope).
         if let Some(dir) = socket.parent() {
-            egress::proxy_env(&mut env);
+            match loopback {
+                Some(proxies) => egress::loopback_proxy_env(&mut env, proxies),
+                None => egress::proxy_env(&mut env),
+            }
             for (port, name) in
                 [(egress::HTTP_PROXY_PORT, egress::HTTP_PROXY_SOCKET), (egress::SOCKS_PORT, egress::SOCKS_SOCKET)]
             {
                 bridges.push(sb::Bridge { port: port.into(), socket: path_bytes(&dir.join(name)) });
             }
         }
-    }
-    if let Some(proxies) = loopback {
-        egress::loopback_proxy_env(&mut env, proxies);
     }
     sb::RunPolicy {
         run_id: run_id.to_owned(),
