@@ -90,14 +90,17 @@ pub fn bubblewrap(
         Command::Now(argv) => c.arg("--").args(argv),
         Command::Later => c.arg("--command-stdin"),
     };
+    // Into the run's cgroup before bubblewrap execs: all it starts is counted there.
+    // Joined before the descriptors below are mapped (pre-exec steps run in the order
+    // they are added): mapping an envelope with many binds onto 3, 4, … may land on the
+    // cgroup files' own descriptor numbers, and the join would then write elsewhere.
+    cc_host::cgroup::join::join_on_exec(c.as_std_mut(), cc_host::cgroup::open_procs(cgroup)?);
     let mut mappings = vec![FdMapping { parent_fd: OwnedFd::from(options_read), child_fd: OPTIONS_FD }];
     mappings
         .extend(bound.into_iter().zip(FIRST_BOUND_FD..).map(|(parent_fd, child_fd)| FdMapping { parent_fd, child_fd }));
     c.fd_mappings(mappings).map_err(|e| std::io::Error::other(e.to_string()))?;
     // bubblewrap sets the environment and the directory inside (--setenv, --chdir).
     c.env_clear();
-    // Into the run's cgroup before bubblewrap execs: all it starts is counted there.
-    cc_host::cgroup::join::join_on_exec(c.as_std_mut(), cc_host::cgroup::open_procs(cgroup)?);
     // As root, every launch runs as the run's unprivileged user (bubblewrap then
     // relies on unprivileged user namespaces, as it does for a user's supervisor).
     if let Some(cc_host::ServiceUser { uid, gid }) = user {
