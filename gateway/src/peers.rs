@@ -1,5 +1,5 @@
-//! The gateway's two callees: the broker (tokens) and the supervisor's Gate (each
-//! pushed ref). Every call has a deadline; a channel that failed is opened again on
+//! The gateway's two callees: the broker (tokens) and the supervisor (the gate, for
+//! each pushed ref, new destination and agent tool call; the egress records). Every call has a deadline; a channel that failed is opened again on
 //! the next call, so a restarted broker or supervisor is found again.
 
 use std::path::PathBuf;
@@ -165,6 +165,18 @@ impl Peers {
         let mut gate = GateClient::new(channel);
         let call = gate.decide_action(sv::DecideActionRequest { action: Some(action) });
         Ok(self.within(&self.supervisor, "supervisor", "DecideAction", self.gate_deadline, call).await?.into_inner())
+    }
+
+    /// The gate's decision on one of an agent's own tool calls, asked through its run's
+    /// agent socket; an ask waits for an approver, as [`Self::decide`].
+    pub async fn decide_tool_use(
+        &self,
+        request: sv::DecideToolUseRequest,
+    ) -> Result<sv::DecideToolUseResponse, PeerError> {
+        let channel = Self::channel(&self.supervisor, &self.supervisor_socket, "supervisor").await?;
+        let mut runs = RunsClient::new(channel);
+        let call = runs.decide_tool_use(request);
+        Ok(self.within(&self.supervisor, "supervisor", "DecideToolUse", self.gate_deadline, call).await?.into_inner())
     }
 
     /// Hands what the run's proxies saw to the supervisor ([`crate::door::report`]).

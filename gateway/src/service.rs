@@ -187,6 +187,7 @@ impl Gateway for GatewayService {
             socket: bytes(&sockets.git),
             http_proxy_socket: bytes(&sockets.http_proxy),
             socks_socket: bytes(&sockets.socks),
+            agent_socket: bytes(&sockets.agent),
         }))
     }
 

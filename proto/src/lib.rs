@@ -64,6 +64,12 @@ pub mod gateway {
         tonic::include_proto!("cc.gateway.v1");
     }
 }
+/// Generated code for `cc.agent.v1`, what the agent's helpers inside its envelope ask.
+pub mod agent {
+    pub mod v1 {
+        tonic::include_proto!("cc.agent.v1");
+    }
+}
 /// Generated code for `cc.runner.v1`.
 pub mod runner {
     pub mod v1 {

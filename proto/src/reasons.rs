@@ -82,6 +82,13 @@ pub const NOT_LISTED: &str = "NOT_LISTED";
 /// process, so the run is stopped.
 pub const PORT_TAKEN: &str = "PORT_TAKEN";
 
+/// The run's agent is already working on a prompt; wait for its answer (metadata
+/// `run_id`).
+pub const AGENT_BUSY: &str = "AGENT_BUSY";
+/// The run has no agent to prompt: its adapter (harness) is driven tool by tool
+/// (metadata `adapter`).
+pub const NO_AGENT: &str = "NO_AGENT";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -107,6 +114,8 @@ pub const ALL: &[&str] = &[
     ALREADY_LISTED,
     NOT_LISTED,
     PORT_TAKEN,
+    AGENT_BUSY,
+    NO_AGENT,
 ];
 
 /// A refusal with `reason` and its metadata.

@@ -13,6 +13,9 @@ use crate::system::{SystemEntry, SystemView};
 pub const INIT_INSIDE: &str = "/run/cc/init";
 /// Where the runner kind shows the cc-runner binary.
 pub const RUNNER_INSIDE: &str = "/run/cc/runner";
+/// Where the overlay kind shows cc-hook, the agent's PreToolUse hook (installed next
+/// to cc-runner), for the agent's settings to name.
+pub const HOOK_INSIDE: &str = "/run/cc/hook";
 /// Where the run's bridge sockets are bound, `<port>.sock` each.
 pub const BRIDGES_INSIDE: &str = "/run/cc/bridges";
 /// The descriptor of the first path bound by descriptor (`--bind-fd`); the rest follow
@@ -243,6 +246,9 @@ impl Envelope<'_> {
         a.bind("--ro-bind", self.init, Path::new(INIT_INSIDE));
         if self.kind == Kind::Runner {
             a.bind("--ro-bind", self.runner, Path::new(RUNNER_INSIDE));
+        }
+        if self.kind == Kind::Overlay {
+            a.bind("--ro-bind", &self.runner.with_file_name("cc-hook"), Path::new(HOOK_INSIDE));
         }
         // The run's sockets, for our init to bridge; the workload cannot open AF_UNIX
         // sockets (seccomp), so it reaches them only as 127.0.0.1:<port>. Each socket's
@@ -555,6 +561,9 @@ mod tests {
             position(&a, &["--ro-bind", "/d/conversations/c1/agents/a/config", "/d/conversations/c1/agents/a/config"])
                 .is_some()
         );
+        // The agent's hook, from beside cc-runner; no other kind shows it.
+        assert!(position(&a, &["--ro-bind", "/opt/cc/cc-hook", HOOK_INSIDE]).is_some());
+        assert!(!args(Kind::HarnessBash, &[]).iter().any(|x| x == HOOK_INSIDE));
     }
 
     #[test]

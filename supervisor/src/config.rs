@@ -45,6 +45,12 @@
 //! bash_output_cap_bytes = 1048576     # stdout + stderr of one call; over it, the command is killed
 //! path = ["/opt/tools/bin"]           # added to PATH in envelopes, after the system's program dirs
 //!
+//! [runs.claude_code]                  # the claude-code adapter
+//! program = "claude"                  # the CLI, on the envelope's PATH (or an absolute path under a system dir)
+//! base_url = ""                       # ANTHROPIC_BASE_URL for the CLI; its host must be on the egress allowlist
+//! prompt_timeout_seconds = 1800       # a prompt that names no timeout gets this
+//! prompt_max_timeout_seconds = 14400  # a prompt may ask for at most this
+//!
 //! [runs.limits]                       # per run: its runner and every launch together
 //! pids_max = 1024                     # processes and threads at once
 //! memory_max_mb = 2048                # memory, swap included; over it the OOM killer ends a process of the run
@@ -123,6 +129,34 @@ pub struct RunsConfig {
     /// directories (the host's PATH never passes).
     pub path: Vec<PathBuf>,
     pub limits: LimitsConfig,
+    pub claude_code: ClaudeCodeConfig,
+}
+
+/// The claude-code adapter (`[runs.claude_code]`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClaudeCodeConfig {
+    /// The `claude` CLI, as the envelope finds it: a name on the envelope's PATH or an
+    /// absolute path (which must be visible inside: under a system directory).
+    pub program: String,
+    /// `ANTHROPIC_BASE_URL` for the CLI; empty: the CLI's own default. Its host must be
+    /// on the run's egress allowlist.
+    pub base_url: String,
+    /// A prompt that names no timeout gets this.
+    pub prompt_timeout_seconds: u32,
+    /// A prompt may ask for at most this.
+    pub prompt_max_timeout_seconds: u32,
+}
+
+impl Default for ClaudeCodeConfig {
+    fn default() -> Self {
+        Self {
+            program: "claude".into(),
+            base_url: String::new(),
+            prompt_timeout_seconds: 1800,
+            prompt_max_timeout_seconds: 4 * 3600,
+        }
+    }
 }
 
 impl Default for RunsConfig {
@@ -133,6 +167,7 @@ impl Default for RunsConfig {
             bash_output_cap_bytes: 1 << 20,
             path: vec![],
             limits: LimitsConfig::default(),
+            claude_code: ClaudeCodeConfig::default(),
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod fs;
 pub mod gateway_world;
 pub mod git_host;
 pub mod github_api;
+pub mod model_api;
 pub mod runs;
 pub mod sandbox;
 

@@ -1,12 +1,14 @@
-//! Each run's doors: three Unix sockets in `gateway/runs/<run>/` under the data
+//! Each run's doors: four Unix sockets in `gateway/runs/<run>/` under the data
 //! directory. `git.sock` serves git's smart HTTP for the run's GitHub remotes;
-//! `http.sock` and `socks.sock` are its egress proxies. sandboxd binds the directory
+//! `http.sock` and `socks.sock` are its egress proxies; `agent.sock` answers the
+//! agent's hook (`cc.agent.v1.AgentGate`). sandboxd binds the directory
 //! into the run's envelopes and our init bridges each socket to a `127.0.0.1` port.
 //!
 //! The gateway holds no state of its own about runs: the supervisor registers each
 //! live run, and again after the gateway restarts. Sockets are made again at the same
 //! paths; since the envelope binds the directory, not the sockets, it sees the new ones.
 
+mod agent;
 mod front;
 mod loopback;
 mod proxy;
@@ -37,12 +39,16 @@ pub const GIT_SOCKET: &str = "git.sock";
 pub const HTTP_PROXY_SOCKET: &str = "http.sock";
 /// The SOCKS5 proxy's.
 pub const SOCKS_SOCKET: &str = "socks.sock";
+/// The agent socket's.
+pub const AGENT_SOCKET: &str = "agent.sock";
 
 /// Connections one run may hold open to its git door at once: git uses one or two;
 /// a run that opens thousands must not take the gateway's descriptors from the others.
 pub const MAX_GIT_CONNECTIONS: usize = 32;
 /// Tunnels one run may hold open through its proxies at once; past it, 503.
 pub const MAX_TUNNELS: usize = 256;
+/// Connections one run may hold to its agent socket: a hook opens one per tool call.
+pub const MAX_AGENT_CONNECTIONS: usize = 16;
 
 /// A GitHub repository a run may fetch from and push to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +108,13 @@ pub struct Sockets {
     pub git: PathBuf,
     pub http_proxy: PathBuf,
     pub socks: PathBuf,
+    pub agent: PathBuf,
+}
+
+impl Sockets {
+    fn all(&self) -> [&PathBuf; 4] {
+        [&self.git, &self.http_proxy, &self.socks, &self.agent]
+    }
 }
 
 struct Open {
@@ -133,7 +146,7 @@ impl Doors {
         let mut open = self.lock();
         if let Some(existing) = open.get(&door.run_id)
             && *existing.door == door
-            && [&existing.sockets.git, &existing.sockets.http_proxy, &existing.sockets.socks].iter().all(|s| s.exists())
+            && existing.sockets.all().iter().all(|s| s.exists())
         {
             return Ok(existing.sockets.clone());
         }
@@ -144,11 +157,13 @@ impl Doors {
             git: dir.join(GIT_SOCKET),
             http_proxy: dir.join(HTTP_PROXY_SOCKET),
             socks: dir.join(SOCKS_SOCKET),
+            agent: dir.join(AGENT_SOCKET),
         };
-        let (git, http, socks) = (
+        let (git, http, socks, agent) = (
             bind(&dir, &sockets.git, door.uid)?,
             bind(&dir, &sockets.http_proxy, door.uid)?,
             bind(&dir, &sockets.socks, door.uid)?,
+            bind(&dir, &sockets.agent, door.uid)?,
         );
         // A run without an envelope: its proxies on loopback ports too, bound before
         // anything is served so that a port taken by someone else fails the call.
@@ -170,6 +185,15 @@ impl Doors {
             let limit: Limit<UnixStream> = (slots, Arc::new(proxy::too_many));
             tokio::spawn(accept(git, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 serve_git(stream, door.clone(), shared.clone())
+            }));
+        }
+        {
+            let (door, shared) = (door.clone(), self.shared.clone());
+            let slots = Arc::new(Semaphore::new(MAX_AGENT_CONNECTIONS));
+            // Past the cap a connection is closed: the hook takes that for a deny.
+            let limit: Limit<UnixStream> = (slots, Arc::new(drop));
+            tokio::spawn(accept(agent, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                agent::serve(stream, door.clone(), shared.clone())
             }));
         }
         {
@@ -231,7 +255,7 @@ impl Doors {
     /// Closes the run's sockets and every connection on them; its directory goes too.
     pub fn close(&self, run: &str) {
         if let Some(open) = self.lock().remove(run) {
-            for socket in [&open.sockets.git, &open.sockets.http_proxy, &open.sockets.socks] {
+            for socket in open.sockets.all() {
                 cc_proto::socket::remove_socket(socket);
             }
             tracing::info!(run, "closed the run's doors");

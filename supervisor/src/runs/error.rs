@@ -19,8 +19,12 @@ pub enum RunError {
     AlreadyStopping(RunId),
     #[error("{0}")]
     BadRequest(String),
-    #[error("unknown adapter {0:?}: only `harness` exists so far")]
+    #[error("unknown adapter {0:?}: the adapters are `harness` and `claude-code`")]
     UnknownAdapter(String),
+    #[error("run {} is already working on a prompt; wait for its answer", .0.shown())]
+    AgentBusy(RunId),
+    #[error("a {0} run has no agent to prompt; call its tools (`ccctl tool`) instead")]
+    NoAgent(String),
     /// The gate denied the call, by a rule, a default, the command policy or the mode.
     #[error("denied: {reason}")]
     GateDenied { reason: String, effect: String, origin: String, decided_by: String },
@@ -81,6 +85,12 @@ impl From<RunError> for Status {
                 &[("run_id", run_id.shown()), ("state", state.as_str().to_owned())],
             ),
             RunError::AlreadyStopping(_) | RunError::Precondition(_) => Status::failed_precondition(message),
+            RunError::AgentBusy(run_id) => {
+                reasons::refusal(Code::FailedPrecondition, message, reasons::AGENT_BUSY, &[("run_id", run_id.shown())])
+            }
+            RunError::NoAgent(adapter) => {
+                reasons::refusal(Code::FailedPrecondition, message, reasons::NO_AGENT, &[("adapter", adapter)])
+            }
             RunError::BadRequest(_) | RunError::UnknownAdapter(_) => Status::invalid_argument(message),
             RunError::GateDenied { effect, origin, decided_by, .. } => reasons::refusal(
                 Code::PermissionDenied,

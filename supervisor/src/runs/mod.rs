@@ -12,11 +12,14 @@
 //! unregisters the run from sandboxd (which kills every process of it), removes the
 //! runner's socket and records `run_ended` with the reason.
 
+pub mod claude_code;
 mod credentials;
 pub mod egress;
 pub mod error;
 pub mod git_gateway;
+pub mod hook;
 pub mod limits;
+pub mod prompt;
 pub mod record;
 mod runner;
 pub mod service;
@@ -117,6 +120,8 @@ pub struct LiveRun {
     pub limits: limits::RunLimits,
     /// Its cgroup, while it has one (never without cgroup support); removed at its end.
     cgroup: OwnedCgroup,
+    /// Its agent's session (adapter claude-code), locked while a prompt runs.
+    agent: prompt::AgentSession,
 }
 
 /// A run's cgroup, removed (with whatever is left in it) when the run ends, or when
@@ -276,15 +281,17 @@ pub fn sandbox_policy(
         env.insert("GIT_CONFIG_GLOBAL".to_owned(), git_gateway::gitconfig_inside());
         bridges.push(sb::Bridge { port: git_gateway::GIT_GATEWAY_PORT.into(), socket: path_bytes(socket) });
         // The egress proxies beside it: the run's only way out (on loopback ports
-        // instead when there is no envelope).
+        // instead when there is no envelope); and the agent socket its hook asks.
         if let Some(dir) = socket.parent() {
             match loopback {
                 Some(proxies) => egress::loopback_proxy_env(&mut env, proxies),
                 None => egress::proxy_env(&mut env),
             }
-            for (port, name) in
-                [(egress::HTTP_PROXY_PORT, egress::HTTP_PROXY_SOCKET), (egress::SOCKS_PORT, egress::SOCKS_SOCKET)]
-            {
+            for (port, name) in [
+                (egress::HTTP_PROXY_PORT, egress::HTTP_PROXY_SOCKET),
+                (egress::SOCKS_PORT, egress::SOCKS_SOCKET),
+                (hook::AGENT_PORT, hook::AGENT_SOCKET),
+            ] {
                 bridges.push(sb::Bridge { port: port.into(), socket: path_bytes(&dir.join(name)) });
             }
         }
@@ -587,7 +594,7 @@ impl RunManager {
     }
 
     pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<LiveRun>, RunError> {
-        if request.adapter != "harness" {
+        if request.adapter != "harness" && request.adapter != prompt::CLAUDE_CODE {
             return Err(RunError::UnknownAdapter(request.adapter.chars().take(64).collect()));
         }
         // The network rule is read once, here: a run never changes it. Without an
@@ -622,6 +629,19 @@ impl RunManager {
         .await
         .map_err(|e| RunError::Internal(e.to_string()))??;
         let roots = runner_roots(&paths)?;
+        if request.adapter == prompt::CLAUDE_CODE {
+            // The agent's settings (its hooks) and MCP config, before anything of the
+            // run can start: read-only in its overlay envelope.
+            let timing = claude_code::HookTiming::for_approvals(self.gate().approvals.timeout().as_millis() as u64);
+            let base_url = &self.config().claude_code.base_url;
+            let settings = claude_code::settings(timing, &claude_code::environment(Some(base_url)));
+            prompt::write_agent_config(&paths.agent_config, &settings, &claude_code::mcp_config()).map_err(|e| {
+                RunError::Internal(format!(
+                    "cannot write the agent's settings in {}: {e}",
+                    paths.agent_config.display()
+                ))
+            })?;
+        }
         let socket = runner_socket(&self.env.data, &record.id, &run_id);
         // Made here, before the envelope that binds it: the runner listens in it.
         let socket_dir = socket.parent().map(Path::to_owned).unwrap_or_default();
@@ -719,6 +739,7 @@ impl RunManager {
             stop: Mutex::new(Some(stop_tx)),
             limits,
             cgroup,
+            agent: Default::default(),
         });
         self.lock().insert(run_id.clone(), live.clone());
         // Before the runner exists, so nothing of the run runs without its credential

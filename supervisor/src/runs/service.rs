@@ -159,4 +159,24 @@ impl Runs for RunsService {
             .map_err(|e| Status::internal(format!("cannot record egress: {e}")))?;
         Ok(Response::new(pb::RecordEgressResponse { recorded }))
     }
+
+    async fn decide_tool_use(
+        &self,
+        request: Request<pb::DecideToolUseRequest>,
+    ) -> Result<Response<pb::DecideToolUseResponse>, Status> {
+        let r = request.into_inner();
+        let tool_use = r.tool_use.ok_or_else(|| Status::invalid_argument("the request holds no tool call"))?;
+        let (decision, reason) = self.manager.decide_tool_use(&RunId::from_wire(r.run_id), &tool_use).await?;
+        Ok(Response::new(pb::DecideToolUseResponse { decision: decision as i32, reason }))
+    }
+
+    type PromptRunStream = tokio_stream::wrappers::ReceiverStream<Result<pb::PromptRunResponse, Status>>;
+
+    async fn prompt_run(
+        &self,
+        request: Request<pb::PromptRunRequest>,
+    ) -> Result<Response<Self::PromptRunStream>, Status> {
+        let r = request.into_inner();
+        Ok(Response::new(self.manager.prompt(&RunId::from_wire(r.run_id), r.prompt, r.timeout_seconds).await?))
+    }
 }

@@ -195,7 +195,7 @@ impl RunManager {
     /// Asks the gate; `Ok` only for an allow. A tool with no effect classes (the
     /// read-only ones) is evaluated without an event when allowed, so a thousand reads
     /// do not write a thousand rows; every other decision is recorded by the gate.
-    async fn ask_gate(&self, run: &LiveRun, described: &Described) -> Result<(), RunError> {
+    pub(super) async fn ask_gate(&self, run: &LiveRun, described: &Described) -> Result<(), RunError> {
         let effects = cc_policy::tools::TOOLS
             .iter()
             .find(|t| t.name == described.tool)
@@ -293,43 +293,22 @@ impl RunManager {
         }
     }
 
-    /// bash: in the run's harness_bash envelope, with the configured timeout and
-    /// output cap. Over the cap, the rest is dropped and closing sandboxd's stream kills
-    /// the command's whole process group.
-    async fn bash(&self, run: &LiveRun, call: pb::BashArgs) -> Result<Events, RunError> {
-        let config = self.config();
-        let timeout = match call.timeout_seconds {
-            0 => config.bash_timeout_seconds,
-            t if t > config.bash_max_timeout_seconds => {
-                return Err(RunError::BadRequest(format!(
-                    "a timeout of {t} s is over the configured maximum of {} s",
-                    config.bash_max_timeout_seconds
-                )));
-            }
-            t => t,
-        };
-        let cap = config.bash_output_cap_bytes;
+    /// Launches `request` through sandboxd: once more on the sandboxd that replaces
+    /// one that died as the call was made, and after registering the run again with a
+    /// sandboxd that restarted since the run started. `tool` names the caller in a
+    /// violation's event.
+    pub(super) async fn launch(
+        &self,
+        run: &LiveRun,
+        request: sb::LaunchRequest,
+        tool: &str,
+    ) -> Result<tonic::Streaming<sb::LaunchResponse>, RunError> {
         let (sandboxd, sandboxd_pid) = self.channels().sandboxd_except(None).await?;
-        let request = sb::LaunchRequest {
-            run_id: run.record.id.clone(),
-            kind: EnvelopeKind::HarnessBash as i32,
-            argv: vec![b"bash".to_vec(), b"-c".to_vec(), call.command.into_bytes()],
-            timeout_seconds: timeout,
-        };
-        let events = self.events().clone();
-        let subject = format!("run:{}", run.record.id);
-        // The run's limit counters before the command, to tell one it reached.
-        let before = run.cgroup().map(|c| c.counters());
         let channels = self.channels().clone();
         let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret, request| {
             let channels = channels.clone();
             async move { channels.within(crate::helpers::HelperKind::Sandboxd, "Launch", sandboxd.launch(request)).await }
         };
-        // sandboxd ends the command at its timeout; past that and a grace, sandboxd
-        // itself is given up on (the stream is dropped, which kills the command if
-        // sandboxd still can).
-        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
-        let deadline = tokio::time::Instant::now() + deadline_after;
         let mut attempt = launching(sandboxd, request.clone()).await;
         // sandboxd died as the call was made (the transport failed; sandboxd said
         // nothing): the call waits for the process that replaces it and is made once
@@ -349,11 +328,11 @@ impl RunManager {
             self.reregister(run).await?;
             attempt = launching(self.channels().sandboxd().await?, request).await;
         }
-        let mut launched = match attempt {
-            Ok(launched) => launched.into_inner(),
+        match attempt {
+            Ok(launched) => Ok(launched.into_inner()),
             // sandboxd knows no such run, or it ended as the launch was made: the run
             // ended meanwhile, or sandboxd lost it (it restarted).
-            Err(status) if sandboxd_lost_or_ended(&status) => return Err(self.gone_from_sandboxd(run, &status)),
+            Err(status) if sandboxd_lost_or_ended(&status) => Err(self.gone_from_sandboxd(run, &status)),
             Err(status) => {
                 // A link planted where sandboxd would have had to follow it: the agent's
                 // doing, and a violation the run's events must show.
@@ -362,12 +341,46 @@ impl RunManager {
                 {
                     let attempted = metadata.get("path").cloned().unwrap_or_default();
                     let blocked_by = "sandboxd: a link inside the run's roots, never followed";
-                    let payload = json!({ "attempted": attempted, "blocked_by": blocked_by, "tool": "bash" });
-                    events.record("sandbox_violation", &subject, payload);
+                    let payload = json!({ "attempted": attempted, "blocked_by": blocked_by, "tool": tool });
+                    self.events().record("sandbox_violation", &format!("run:{}", run.record.id), payload);
                 }
-                return Err(RunError::Helper(status));
+                Err(RunError::Helper(status))
             }
+        }
+    }
+
+    /// bash: in the run's harness_bash envelope, with the configured timeout and
+    /// output cap. Over the cap, the rest is dropped and closing sandboxd's stream kills
+    /// the command's whole process group.
+    async fn bash(&self, run: &LiveRun, call: pb::BashArgs) -> Result<Events, RunError> {
+        let config = self.config();
+        let timeout = match call.timeout_seconds {
+            0 => config.bash_timeout_seconds,
+            t if t > config.bash_max_timeout_seconds => {
+                return Err(RunError::BadRequest(format!(
+                    "a timeout of {t} s is over the configured maximum of {} s",
+                    config.bash_max_timeout_seconds
+                )));
+            }
+            t => t,
         };
+        let cap = config.bash_output_cap_bytes;
+        let request = sb::LaunchRequest {
+            run_id: run.record.id.clone(),
+            kind: EnvelopeKind::HarnessBash as i32,
+            argv: vec![b"bash".to_vec(), b"-c".to_vec(), call.command.into_bytes()],
+            timeout_seconds: timeout,
+        };
+        let events = self.events().clone();
+        let subject = format!("run:{}", run.record.id);
+        // The run's limit counters before the command, to tell one it reached.
+        let before = run.cgroup().map(|c| c.counters());
+        // sandboxd ends the command at its timeout; past that and a grace, sandboxd
+        // itself is given up on (the stream is dropped, which kills the command if
+        // sandboxd still can).
+        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
+        let deadline = tokio::time::Instant::now() + deadline_after;
+        let mut launched = self.launch(run, request, "bash").await?;
         let (tx, rx) = mpsc::channel(64);
         let (cgroup, limits) = (run.cgroup(), run.limits);
         tokio::spawn(async move {

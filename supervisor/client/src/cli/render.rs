@@ -24,6 +24,35 @@ pub fn one_line(text: &str) -> String {
     out
 }
 
+/// One of an agent's steps (`ccctl run prompt`), one line, escaped as [`one_line`]:
+/// the text is the model's and the tool results are whatever the commands printed.
+pub fn agent_event(kind: &str, payload: &Value) -> String {
+    let text = |field: &str| one_line(payload.get(field).and_then(Value::as_str).unwrap_or_default());
+    match kind {
+        "agent_init" => format!(
+            "session {}  model {}  {} tools  permission mode {}",
+            text("session_id"),
+            text("model"),
+            payload.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
+            text("permission_mode")
+        ),
+        "agent_text" => text("text"),
+        "agent_tool_use" => format!("-> {} {}", text("name"), text("input")),
+        "agent_tool_result" if payload.get("is_error").and_then(Value::as_bool) == Some(true) => {
+            format!("<- error: {}", text("content"))
+        }
+        "agent_tool_result" => format!("<- {}", text("content")),
+        "agent_result" => format!(
+            "{}: {} turns  ${:.4}  {}",
+            text("subtype"),
+            payload.get("num_turns").and_then(Value::as_u64).unwrap_or(0),
+            payload.get("total_cost_usd").and_then(Value::as_f64).unwrap_or(0.0),
+            text("result")
+        ),
+        other => format!("{} {}", one_line(other), one_line(&payload.to_string())),
+    }
+}
+
 fn is_bidi(c: char) -> bool {
     matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

@@ -43,7 +43,8 @@ pub enum RunAction {
         agent: String,
         #[arg(long, value_enum, default_value = "chat")]
         mode: ModeArg,
-        /// Only `harness` so far
+        /// `harness` (the runner's tools, called one by one) or `claude-code` (the
+        /// claude CLI in the run's overlay envelope, prompted with `ccctl run prompt`)
         #[arg(long, default_value = "harness")]
         adapter: String,
         /// `on`: through the run's proxies, to its allowlist (`[egress]`); needs an envelope
@@ -63,6 +64,15 @@ pub enum RunAction {
     Credentials { id: String },
     /// Stop a run: everything of it is killed
     Stop { id: String },
+    /// Give a claude-code run's agent a prompt and follow its steps until it answers
+    /// (a later prompt continues the same session)
+    Prompt {
+        id: String,
+        prompt: String,
+        /// Seconds [default: the configured default]
+        #[arg(long, default_value_t = 0)]
+        timeout: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -278,6 +288,15 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
                 print_egress(&run);
             }
         }
+        RunAction::Prompt { id, prompt, timeout } => {
+            let request = pb::PromptRunRequest { run_id: id, prompt, timeout_seconds: timeout };
+            let stream = client.prompt_run(request).await.map_err(rpc_error)?.into_inner();
+            let outcome = follow_prompt(stream, json).await?;
+            let status = outcome.status()?;
+            if status != 0 {
+                return Err(ExitWith::error(status, &format!("the agent exited with status {status}")));
+            }
+        }
         RunAction::Stop { id } => {
             let run = client.stop_run(pb::StopRunRequest { run_id: id }).await.map_err(rpc_error)?.into_inner();
             let run = run.run.unwrap_or_default();
@@ -289,6 +308,33 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
         }
     }
     Ok(())
+}
+
+/// Prints a prompt's steps as they come (JSON lines with `--json`); its exit.
+async fn follow_prompt(mut stream: tonic::Streaming<pb::PromptRunResponse>, json: bool) -> anyhow::Result<BashOutcome> {
+    use cc_proto::supervisor::v1::prompt_run_response::Event as Step;
+    let mut exit = None;
+    while let Some(next) = stream.next().await {
+        match next.map_err(rpc_error)?.event {
+            Some(Step::AgentEvent(e)) => {
+                let payload: serde_json::Value = serde_json::from_str(&e.payload_json).unwrap_or_default();
+                if json {
+                    println!("{}", json!({ "kind": e.kind, "payload": payload }));
+                } else {
+                    println!("{}", super::render::agent_event(&e.kind, &payload));
+                }
+            }
+            Some(Step::Stderr(chunk)) => {
+                let _ = std::io::stderr().write_all(&chunk);
+            }
+            Some(Step::Envelope(backend)) if !json && backend == cc_proto::common::v1::SandboxBackend::None as i32 => {
+                eprintln!("ccctl: the agent runs without an envelope on this host");
+            }
+            Some(Step::Envelope(_)) | None => {}
+            Some(Step::Exit(e)) => exit = Some(e),
+        }
+    }
+    Ok(BashOutcome { exit })
 }
 
 /// What a bash call ended with, for the caller to turn into an exit status.

@@ -1,0 +1,268 @@
+//! The claude-code adapter's pure parts: the settings and MCP config written into the
+//! agent's config directory (read-only inside the envelope), the CLI's command line,
+//! and its stream-json output read as run events.
+//!
+//! What reaches Claude Code's own tool calls, honestly: its Read, Write and Edit run
+//! inside the CLI and are seen only through the PreToolUse hook registered here (for
+//! Write, Edit, MultiEdit and NotebookEdit; reads are not hooked) and, around
+//! everything, the envelope. Its Bash calls are asked of the gate by the hook before
+//! they run, and run in the same envelope.
+
+use serde_json::{Value, json};
+
+/// Where sandboxd shows cc-hook inside the overlay envelope.
+pub const HOOK_INSIDE: &str = "/run/cc/hook";
+/// The settings file's name in the agent's config directory.
+pub const SETTINGS_FILE: &str = "claude-settings.json";
+/// The MCP config's.
+pub const MCP_CONFIG_FILE: &str = "claude-mcp.json";
+/// What the hook matches: Bash (the command policy), the file-writing tools (path
+/// rules and modes) and every MCP tool (only the product's own pass).
+pub const HOOKED: &[&str] = &["Bash", "Write|Edit|MultiEdit|NotebookEdit", "mcp__.*"];
+/// The most of one event's text kept in the event log.
+const MAX_EVENT_TEXT: usize = 16 * 1024;
+
+/// The hook's own deadline, and the timeout Claude Code is told, which is later: the
+/// hook answers deny itself before Claude Code would give up on it and run the tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookTiming {
+    pub deadline_ms: u64,
+    pub timeout_seconds: u64,
+}
+
+impl HookTiming {
+    /// An ask may wait for an approver for `approval_timeout_ms`: the hook waits that
+    /// long and 10 s more, and Claude Code 10 s more again.
+    pub fn for_approvals(approval_timeout_ms: u64) -> Self {
+        let deadline_ms = approval_timeout_ms + 10_000;
+        Self { deadline_ms, timeout_seconds: deadline_ms.div_ceil(1000) + 10 }
+    }
+}
+
+/// Claude Code's settings for a run: the hooks, and the environment the CLI runs with.
+pub fn settings(timing: HookTiming, env: &[(String, String)]) -> Value {
+    let hook = json!([{
+        "type": "command",
+        "command": format!("{HOOK_INSIDE} --deadline-ms {}", timing.deadline_ms),
+        "timeout": timing.timeout_seconds,
+    }]);
+    let pre_tool_use: Vec<Value> = HOOKED.iter().map(|m| json!({ "matcher": m, "hooks": hook })).collect();
+    let env: serde_json::Map<String, Value> = env.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+    json!({
+        "hooks": { "PreToolUse": pre_tool_use },
+        "env": env,
+        // Nothing of the CLI's own reaches out on its own: updates, telemetry, error reports.
+        "autoUpdates": false,
+    })
+}
+
+/// The environment every claude-code launch gets through its settings, on top of the
+/// envelope's sanitized one (which carries the run's proxy variables).
+pub fn environment(base_url: Option<&str>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    if let Some(url) = base_url.filter(|u| !u.is_empty()) {
+        env.push(("ANTHROPIC_BASE_URL".into(), url.to_owned()));
+    }
+    env
+}
+
+/// The MCP config: no server of anyone else's (`--strict-mcp-config`).
+pub fn mcp_config() -> Value {
+    json!({ "mcpServers": {} })
+}
+
+/// The CLI's command line for one prompt: print mode, stream-json, no approval prompt
+/// of its own (the hook and the gate decide), only our settings and MCP config.
+pub fn argv(program: &str, prompt: &str, config_dir: &str, resume: Option<&str>) -> Vec<String> {
+    let mut argv: Vec<String> = vec![
+        program.into(),
+        "-p".into(),
+        "--output-format".into(),
+        "stream-json".into(),
+        "--verbose".into(),
+        "--dangerously-skip-permissions".into(),
+        "--settings".into(),
+        format!("{config_dir}/{SETTINGS_FILE}"),
+        // Only the settings given here: not the person's ~/.claude, nor a project's
+        // .claude/settings.json, which the agent itself could write.
+        "--setting-sources".into(),
+        String::new(),
+        "--mcp-config".into(),
+        format!("{config_dir}/{MCP_CONFIG_FILE}"),
+        "--strict-mcp-config".into(),
+    ];
+    if let Some(session) = resume {
+        argv.push("--resume".into());
+        argv.push(session.into());
+    }
+    // After `--`, so that a prompt starting with `-` is never an option.
+    argv.push("--".into());
+    argv.push(prompt.into());
+    argv
+}
+
+/// One of the agent's steps, as the run's event log keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentEvent {
+    /// `agent_init`, `agent_text`, `agent_tool_use`, `agent_tool_result`, `agent_result`.
+    pub kind: &'static str,
+    pub payload: Value,
+}
+
+fn clipped(text: &str) -> String {
+    if text.len() <= MAX_EVENT_TEXT {
+        return text.to_owned();
+    }
+    let mut end = MAX_EVENT_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
+/// A tool result's content: a string, or blocks of which the text ones are kept.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => {
+            blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The events in one line of the CLI's stream-json output; none for a line that is
+/// not one of its messages (it is still the agent's output, and is dropped).
+pub fn events(line: &str) -> Vec<AgentEvent> {
+    let Ok(message) = serde_json::from_str::<Value>(line) else { return vec![] };
+    let text = |v: &Value, field: &str| v.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let blocks = || message.pointer("/message/content").and_then(Value::as_array).cloned().unwrap_or_default();
+    match (message.get("type").and_then(Value::as_str), message.get("subtype").and_then(Value::as_str)) {
+        (Some("system"), Some("init")) => vec![AgentEvent {
+            kind: "agent_init",
+            payload: json!({
+                "session_id": text(&message, "session_id"),
+                "model": text(&message, "model"),
+                "cwd": text(&message, "cwd"),
+                "permission_mode": text(&message, "permissionMode"),
+                "tools": message.get("tools").cloned().unwrap_or(Value::Null),
+                "mcp_servers": message.get("mcp_servers").cloned().unwrap_or(Value::Null),
+            }),
+        }],
+        (Some("assistant"), _) => blocks()
+            .iter()
+            .filter_map(|block| match block.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    Some(AgentEvent { kind: "agent_text", payload: json!({ "text": clipped(&text(block, "text")) }) })
+                }
+                Some("tool_use") => Some(AgentEvent {
+                    kind: "agent_tool_use",
+                    payload: json!({
+                        "id": text(block, "id"),
+                        "name": text(block, "name"),
+                        "input": clipped(&block.get("input").map(Value::to_string).unwrap_or_default()),
+                    }),
+                }),
+                _ => None,
+            })
+            .collect(),
+        (Some("user"), _) => blocks()
+            .iter()
+            .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
+            .map(|block| AgentEvent {
+                kind: "agent_tool_result",
+                payload: json!({
+                    "tool_use_id": text(block, "tool_use_id"),
+                    "is_error": block.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                    "content": clipped(&content_text(block.get("content").unwrap_or(&Value::Null))),
+                }),
+            })
+            .collect(),
+        (Some("result"), subtype) => vec![AgentEvent {
+            kind: "agent_result",
+            payload: json!({
+                "subtype": subtype.unwrap_or_default(),
+                "is_error": message.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                "result": clipped(&text(&message, "result")),
+                "num_turns": message.get("num_turns").and_then(Value::as_u64).unwrap_or(0),
+                "total_cost_usd": message.get("total_cost_usd").and_then(Value::as_f64).unwrap_or(0.0),
+                "duration_ms": message.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
+                "session_id": text(&message, "session_id"),
+            }),
+        }],
+        _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hook_answers_before_claude_code_gives_up_on_it() {
+        let t = HookTiming::for_approvals(300_000);
+        assert!(t.deadline_ms < t.timeout_seconds * 1000, "{t:?}");
+        let s = settings(t, &environment(Some("http://model.test:9")));
+        let hooks = s["hooks"]["PreToolUse"].as_array().unwrap();
+        let matchers: Vec<&str> = hooks.iter().map(|h| h["matcher"].as_str().unwrap()).collect();
+        assert_eq!(matchers, HOOKED);
+        for h in hooks {
+            assert_eq!(h["hooks"][0]["command"], format!("{HOOK_INSIDE} --deadline-ms 310000"));
+            assert_eq!(h["hooks"][0]["timeout"], 320);
+        }
+        assert_eq!(s["env"]["ANTHROPIC_BASE_URL"], "http://model.test:9");
+        assert_eq!(s["env"]["DISABLE_TELEMETRY"], "1");
+        assert!(environment(None).iter().all(|(k, _)| k != "ANTHROPIC_BASE_URL"));
+    }
+
+    #[test]
+    fn the_command_line_loads_only_our_settings_and_keeps_the_prompt_an_argument() {
+        let a = argv("claude", "--help me", "/c", None);
+        let at = |flag: &str| a.iter().position(|x| x == flag).unwrap();
+        assert_eq!(a[at("--settings") + 1], "/c/claude-settings.json");
+        assert_eq!(a[at("--setting-sources") + 1], "");
+        assert_eq!(a[at("--mcp-config") + 1], "/c/claude-mcp.json");
+        assert!(
+            a.contains(&"--strict-mcp-config".to_owned()) && a.contains(&"--dangerously-skip-permissions".to_owned())
+        );
+        assert_eq!(&a[a.len() - 2..], ["--", "--help me"]);
+        let b = argv("claude", "go on", "/c", Some("s-1"));
+        assert_eq!(b[b.iter().position(|x| x == "--resume").unwrap() + 1], "s-1");
+    }
+
+    #[test]
+    fn stream_json_lines_become_events() {
+        let init = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m","cwd":"/w","permissionMode":"bypassPermissions","tools":["Bash"]}"#;
+        assert_eq!(events(init)[0].kind, "agent_init");
+        assert_eq!(events(init)[0].payload["session_id"], "s1");
+        let assistant = r#"{"type":"assistant","message":{"content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}"#;
+        let e = events(assistant);
+        assert_eq!(e.iter().map(|e| e.kind).collect::<Vec<_>>(), ["agent_text", "agent_tool_use"]);
+        assert_eq!(e[1].payload["name"], "Bash");
+        assert_eq!(e[1].payload["input"], r#"{"command":"ls"}"#);
+        let user = r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":[{"type":"text","text":"denied"}]}]}}"#;
+        let e = events(user);
+        assert_eq!(e[0].kind, "agent_tool_result");
+        assert_eq!(e[0].payload["is_error"], true);
+        assert_eq!(e[0].payload["content"], "denied");
+        let result = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"done","total_cost_usd":0.5,"session_id":"s1"}"#;
+        assert_eq!(events(result)[0].payload["num_turns"], 2);
+        assert_eq!(events(result)[0].payload["total_cost_usd"], 0.5);
+        for junk in ["", "not json", "[]", r#"{"type":"stream_event"}"#, r#"{"type":"assistant"}"#] {
+            assert!(events(junk).is_empty(), "{junk}");
+        }
+        let long = format!(
+            r#"{{"type":"assistant","message":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#,
+            "é".repeat(20_000)
+        );
+        assert!(events(&long)[0].payload["text"].as_str().unwrap().ends_with("(40000 bytes in all)"));
+    }
+}

@@ -1,0 +1,189 @@
+//! A prompt to a run's agent (adapter claude-code): the `claude` CLI in the run's
+//! overlay envelope, its stream-json output read line by line into the run's events
+//! ([`super::claude_code::events`]) and streamed back. One prompt at a time per run; a
+//! later one resumes the session the first began.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use cc_proto::common::v1::EnvelopeKind;
+use cc_proto::sandboxd::v1 as sb;
+use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
+use cc_proto::supervisor::v1 as pb;
+use cc_proto::supervisor::v1::prompt_run_response::Event;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use super::claude_code;
+use super::{RunError, RunManager};
+use crate::ids::RunId;
+
+/// The adapters with an agent to prompt.
+pub const CLAUDE_CODE: &str = "claude-code";
+/// The most a prompt may hold.
+pub const MAX_PROMPT_BYTES: usize = 256 * 1024;
+/// A stream-json line longer than this is dropped (and said so): one message of the
+/// agent's, a tool result with a whole file in it, fits well within.
+const MAX_LINE_BYTES: usize = 8 << 20;
+/// The agent's error output passed on, at most; the rest is dropped.
+const MAX_STDERR_BYTES: u64 = 1 << 20;
+
+/// The run's agent session: the session id its first prompt began, held locked while
+/// a prompt runs.
+#[derive(Default)]
+pub struct AgentSession(std::sync::Arc<tokio::sync::Mutex<Option<String>>>);
+
+/// Writes the agent's settings and MCP config into its config directory, which the
+/// overlay envelope shows read-only. Never through a link: the files are made anew.
+pub fn write_agent_config(dir: &Path, settings: &serde_json::Value, mcp: &serde_json::Value) -> std::io::Result<()> {
+    for (name, value) in [(claude_code::SETTINGS_FILE, settings), (claude_code::MCP_CONFIG_FILE, mcp)] {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)?;
+        file.write_all(value.to_string().as_bytes())?;
+    }
+    Ok(())
+}
+
+type Events = ReceiverStream<Result<pb::PromptRunResponse, Status>>;
+
+impl RunManager {
+    pub async fn prompt(&self, run_id: &RunId, prompt: String, timeout_seconds: u32) -> Result<Events, RunError> {
+        let run = self.require_live(run_id)?;
+        if run.record.adapter != CLAUDE_CODE {
+            return Err(RunError::NoAgent(run.record.adapter.clone()));
+        }
+        if prompt.is_empty() || prompt.len() > MAX_PROMPT_BYTES || prompt.contains('\0') {
+            return Err(RunError::BadRequest(format!("a prompt must be 1 to {MAX_PROMPT_BYTES} bytes, with no NUL")));
+        }
+        let config = &self.config().claude_code;
+        let timeout = match timeout_seconds {
+            0 => config.prompt_timeout_seconds,
+            t if t > config.prompt_max_timeout_seconds => {
+                return Err(RunError::BadRequest(format!(
+                    "a timeout of {t} s is over the configured maximum of {} s",
+                    config.prompt_max_timeout_seconds
+                )));
+            }
+            t => t,
+        };
+        let mut session = run.agent.0.clone().try_lock_owned().map_err(|_| RunError::AgentBusy(run_id.clone()))?;
+        let config_dir = String::from_utf8_lossy(&run.policy.agent_config).into_owned();
+        let argv = claude_code::argv(&config.program, &prompt, &config_dir, session.as_deref());
+        let request = sb::LaunchRequest {
+            run_id: run.record.id.clone(),
+            kind: EnvelopeKind::Overlay as i32,
+            argv: argv.into_iter().map(String::into_bytes).collect(),
+            timeout_seconds: timeout,
+        };
+        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
+        let deadline = tokio::time::Instant::now() + deadline_after;
+        let mut launched = self.launch(&run, request, "claude-code").await?;
+        let events = self.events().clone();
+        let subject = format!("run:{}", run.record.id);
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let send = |event| {
+                let tx = tx.clone();
+                async move { tx.send(Ok(pb::PromptRunResponse { event: Some(event) })).await.is_ok() }
+            };
+            let mut pending: Vec<u8> = Vec::new();
+            let mut overlong = false;
+            let mut stderr_sent = 0u64;
+            loop {
+                let next = tokio::select! {
+                    next = launched.next() => next,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        let what = "the agent's end (its timeout passed)";
+                        let _ = tx.send(Err(cc_proto::reasons::helper_timeout("sandboxd", what, deadline_after))).await;
+                        return;
+                    }
+                };
+                // The client going away does not stop the agent: its steps are still
+                // the run's events, and the prompt's end is awaited.
+                match next {
+                    None => {
+                        let detail = "its stream ended before the agent's exit".to_owned();
+                        let gone = RunError::HelperGone { helper: "sandboxd", detail };
+                        let _ = tx.send(Err(Status::from(gone))).await;
+                        return;
+                    }
+                    Some(Err(status)) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Stdout(chunk)) })) => {
+                        pending.extend_from_slice(&chunk);
+                        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                            let line: Vec<u8> = pending.drain(..=end).collect();
+                            if std::mem::take(&mut overlong) {
+                                continue;
+                            }
+                            for event in claude_code::events(&String::from_utf8_lossy(&line)) {
+                                if event.kind == "agent_init"
+                                    && let Some(id) = event.payload["session_id"].as_str().filter(|s| !s.is_empty())
+                                {
+                                    *session = Some(id.to_owned());
+                                }
+                                events.record(event.kind, &subject, event.payload.clone());
+                                let payload_json = event.payload.to_string();
+                                send(Event::AgentEvent(pb::AgentEvent { kind: event.kind.into(), payload_json })).await;
+                            }
+                        }
+                        if pending.len() > MAX_LINE_BYTES {
+                            pending.clear();
+                            overlong = true;
+                            let note =
+                                format!("cc: a line of the agent's output over {MAX_LINE_BYTES} bytes was dropped\n");
+                            send(Event::Stderr(note.into_bytes())).await;
+                        }
+                    }
+                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Stderr(chunk)) })) => {
+                        if stderr_sent < MAX_STDERR_BYTES {
+                            let keep = chunk.len().min((MAX_STDERR_BYTES - stderr_sent) as usize);
+                            stderr_sent += keep as u64;
+                            send(Event::Stderr(chunk[..keep].to_vec())).await;
+                        }
+                    }
+                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Envelope(kind)) })) => {
+                        send(Event::Envelope(kind)).await;
+                    }
+                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Violation(v)) })) => {
+                        let payload = serde_json::json!({
+                            "attempted": v.attempted, "blocked_by": v.blocked_by, "line": v.line, "tool": "claude-code",
+                        });
+                        events.record("sandbox_violation", &subject, payload);
+                    }
+                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Exit(exit)) })) => {
+                        let exit = pb::BashExit {
+                            code: exit.code,
+                            signal: exit.signal,
+                            timed_out: exit.timed_out,
+                            truncated: false,
+                        };
+                        events.record(
+                            "agent_exited",
+                            &subject,
+                            serde_json::json!({ "code": exit.code, "signal": exit.signal, "timed_out": exit.timed_out }),
+                        );
+                        send(Event::Exit(exit)).await;
+                        return;
+                    }
+                    Some(Ok(_)) => {}
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}

@@ -1,0 +1,213 @@
+//! A scripted stand-in for the Anthropic Messages API (the real one is unreachable
+//! here), for driving the real `claude` CLI. It speaks the real wire format: `POST
+//! /v1/messages` answered as server-sent events (`message_start`, `content_block_*`
+//! with `text_delta` or `input_json_delta`, `message_delta`, `message_stop`), or as one
+//! JSON message when the request does not stream.
+//!
+//! The script is the model's turns. Which turn a request is for is read from the
+//! request itself (the assistant messages it already holds), so the CLI's retries and
+//! side requests (a title, a quota check: requests without tools) never shift it.
+//! Every request is kept for the test to read what the CLI sent back (tool results).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+/// One block of a model's turn.
+#[derive(Debug, Clone)]
+pub enum Block {
+    Text(String),
+    /// A tool call: its name and input.
+    Tool(String, Value),
+}
+
+pub fn text(t: &str) -> Block {
+    Block::Text(t.to_owned())
+}
+
+pub fn tool(name: &str, input: Value) -> Block {
+    Block::Tool(name.to_owned(), input)
+}
+
+pub struct ModelApi {
+    pub port: u16,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ModelApi {
+    /// Serves `turns` on a loopback port; past the last turn the model says "done".
+    pub fn start(turns: Vec<Vec<Block>>) -> ModelApi {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (kept, turns) = (requests.clone(), Arc::new(turns));
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (kept, turns) = (kept.clone(), turns.clone());
+                std::thread::spawn(move || serve(conn, &kept, &turns));
+            }
+        });
+        ModelApi { port, requests }
+    }
+
+    /// The bodies of every `/v1/messages` request with tools (the agent's own turns).
+    pub fn turns(&self) -> Vec<Value> {
+        let all = self.requests.lock().unwrap().clone();
+        all.into_iter().filter(|b| b.get("tools").is_some()).collect()
+    }
+
+    /// The tool results the CLI sent back, in order: (content, is_error).
+    pub fn tool_results(&self) -> Vec<(String, bool)> {
+        let mut seen = Vec::new();
+        let Some(last) = self.turns().pop() else { return seen };
+        for message in last["messages"].as_array().into_iter().flatten() {
+            for block in message["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result" {
+                    let content = match &block["content"] {
+                        Value::String(s) => s.clone(),
+                        Value::Array(parts) => {
+                            parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
+                        }
+                        _ => String::new(),
+                    };
+                    seen.push((content, block["is_error"].as_bool().unwrap_or(false)));
+                }
+            }
+        }
+        seen
+    }
+}
+
+fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &[Vec<Block>]) {
+    let mut reader = BufReader::new(&conn);
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            if header == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0u8; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let path = request_line.split(' ').nth(1).unwrap_or("/").to_owned();
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut out = &conn;
+        if !path.starts_with("/v1/messages") || path.starts_with("/v1/messages/count_tokens") {
+            let answer = json!({ "input_tokens": 10 }).to_string();
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                answer.len()
+            );
+            continue;
+        }
+        kept.lock().unwrap().push(body.clone());
+        let blocks = if body.get("tools").is_some() {
+            let done = body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+            turns.get(done).cloned().unwrap_or_else(|| vec![text("done")])
+        } else {
+            vec![text("ok")]
+        };
+        if body["stream"] == true {
+            let events = stream(&blocks);
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n{events}"
+            );
+            return;
+        }
+        let answer = message(&blocks).to_string();
+        let _ = write!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+            answer.len()
+        );
+    }
+}
+
+fn stop_reason(blocks: &[Block]) -> &'static str {
+    if blocks.iter().any(|b| matches!(b, Block::Tool(..))) { "tool_use" } else { "end_turn" }
+}
+
+fn usage() -> Value {
+    json!({ "input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0 })
+}
+
+fn content(blocks: &[Block]) -> Vec<Value> {
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| match b {
+            Block::Text(t) => json!({ "type": "text", "text": t }),
+            Block::Tool(name, input) => json!({ "type": "tool_use", "id": format!("toolu_{i:02}{}", std::process::id()), "name": name, "input": input }),
+        })
+        .collect()
+}
+
+fn message(blocks: &[Block]) -> Value {
+    json!({
+        "id": "msg_scripted", "type": "message", "role": "assistant", "model": "claude-scripted",
+        "content": content(blocks), "stop_reason": stop_reason(blocks), "stop_sequence": null, "usage": usage(),
+    })
+}
+
+/// The turn as the streaming API sends it.
+fn stream(blocks: &[Block]) -> String {
+    let mut out = String::new();
+    let mut event = |name: &str, data: Value| out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    let mut start = message(blocks);
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    event("message_start", json!({ "type": "message_start", "message": start }));
+    for (index, block) in content(blocks).into_iter().enumerate() {
+        match block["type"].as_str() {
+            Some("text") => {
+                event(
+                    "content_block_start",
+                    json!({ "type": "content_block_start", "index": index, "content_block": { "type": "text", "text": "" } }),
+                );
+                event(
+                    "content_block_delta",
+                    json!({ "type": "content_block_delta", "index": index, "delta": { "type": "text_delta", "text": block["text"] } }),
+                );
+            }
+            _ => {
+                let mut opened = block.clone();
+                opened["input"] = json!({});
+                event(
+                    "content_block_start",
+                    json!({ "type": "content_block_start", "index": index, "content_block": opened }),
+                );
+                let partial = block["input"].to_string();
+                event(
+                    "content_block_delta",
+                    json!({ "type": "content_block_delta", "index": index, "delta": { "type": "input_json_delta", "partial_json": partial } }),
+                );
+            }
+        }
+        event("content_block_stop", json!({ "type": "content_block_stop", "index": index }));
+    }
+    event(
+        "message_delta",
+        json!({ "type": "message_delta", "delta": { "stop_reason": stop_reason(blocks), "stop_sequence": null }, "usage": { "output_tokens": 5 } }),
+    );
+    event("message_stop", json!({ "type": "message_stop" }));
+    out
+}
