@@ -8,6 +8,7 @@ pub mod config;
 pub mod credentials;
 pub mod github_app;
 pub mod leases;
+pub mod model_key;
 pub mod revoke;
 pub mod secret;
 mod service;

@@ -28,6 +28,8 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 struct State {
     store: Mutex<LeaseStore>,
     provider: Option<Provider>,
+    model_key: Option<crate::model_key::ModelKeyConfig>,
+    data_dir: PathBuf,
     retrier: OnceLock<()>,
 }
 
@@ -73,8 +75,10 @@ pub fn broker(context: &HelperContext) -> Result<BrokerService, StartError> {
         ),
         Some(p) => tracing::info!(provider = p.name(), "credential provider"),
     }
+    let model_key = crate::config::model_key(config)?;
     let store = LeaseStore::open(&leases_path(context)?)?;
-    let state = Arc::new(State { store: Mutex::new(store), provider, retrier: OnceLock::new() });
+    let data_dir = context.bootstrap.data_dir.clone();
+    let state = Arc::new(State { store: Mutex::new(store), provider, model_key, data_dir, retrier: OnceLock::new() });
     Ok(BrokerService { context: context.clone(), state })
 }
 
@@ -290,6 +294,31 @@ impl Broker for BrokerService {
             lease_id: lease.id,
             expire_time: lease.expires_at.map(stamp),
         }))
+    }
+
+    async fn get_model_key(
+        &self,
+        request: Request<pb::GetModelKeyRequest>,
+    ) -> Result<Response<pb::GetModelKeyResponse>, Status> {
+        require_peer(&request, &["gateway"])?;
+        let run = request.into_inner().run_id;
+        let (config, data_dir) = (self.state.model_key.clone(), self.state.data_dir.clone());
+        let key = tokio::task::spawn_blocking(move || crate::model_key::read(config.as_ref(), &data_dir))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        match key {
+            Ok(key) => {
+                tracing::info!(run, "handed the model API key to the gateway for a run's agent");
+                Ok(Response::new(pb::GetModelKeyResponse { api_key: key.expose().to_owned() }))
+            }
+            Err(e @ crate::model_key::ModelKeyError::NotConfigured) => Err(cc_proto::reasons::refusal(
+                tonic::Code::FailedPrecondition,
+                e.to_string(),
+                cc_proto::reasons::NO_CREDENTIAL,
+                &[("run_id", run)],
+            )),
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
     }
 
     async fn issue_write_token(

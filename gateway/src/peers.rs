@@ -144,6 +144,13 @@ impl Peers {
         Ok(Token { secret: r.token, lease_id: r.lease_id })
     }
 
+    /// The model provider's API key, for the run's agent.
+    pub async fn model_key(&self, run: &str) -> Result<String, PeerError> {
+        let mut broker = self.broker().await?;
+        let call = broker.get_model_key(bk::GetModelKeyRequest { run_id: run.to_owned() });
+        Ok(self.within(&self.broker, "broker", "GetModelKey", BROKER_DEADLINE, call).await?.into_inner().api_key)
+    }
+
     /// Revokes a write token once its push is done. A failure is the broker's to retry
     /// (it records failed revokes), and the run's end revokes it at the latest.
     pub async fn revoke_write_token(&self, run: &str, token: Token) {

@@ -146,6 +146,11 @@ pub struct ClaudeCodeConfig {
     pub prompt_timeout_seconds: u32,
     /// A prompt may ask for at most this.
     pub prompt_max_timeout_seconds: u32,
+    /// Whether the broker has the model provider's API key (`[credentials.model]`):
+    /// then the CLI asks for it through cc-hook (`apiKeyHelper`). Not a key of this
+    /// table: set from `[credentials]`.
+    #[serde(skip)]
+    pub model_key: bool,
 }
 
 impl Default for ClaudeCodeConfig {
@@ -155,6 +160,7 @@ impl Default for ClaudeCodeConfig {
             base_url: String::new(),
             prompt_timeout_seconds: 1800,
             prompt_max_timeout_seconds: 4 * 3600,
+            model_key: false,
         }
     }
 }

@@ -240,7 +240,13 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         gate: gate.clone(),
         channels: channels.clone(),
         runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
-        config: config.runs.clone(),
+        config: crate::config::RunsConfig {
+            claude_code: crate::config::ClaudeCodeConfig {
+                model_key: config.credentials.as_ref().is_some_and(|c| c.0.contains_key("model")),
+                ..config.runs.claude_code.clone()
+            },
+            ..config.runs.clone()
+        },
         enforcement: enforcement.clone(),
         deadlines: config.deadlines.clone(),
         restart: config.restart.clone(),

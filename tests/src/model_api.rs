@@ -15,6 +15,14 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
+/// Every message and tool call gets an id of its own: the CLI merges the lines of
+/// messages that share one.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn fresh_id(prefix: &str) -> String {
+    format!("{prefix}_{:06}_{}", NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed), std::process::id())
+}
+
 /// One block of a model's turn.
 #[derive(Debug, Clone)]
 pub enum Block {
@@ -34,6 +42,7 @@ pub fn tool(name: &str, input: Value) -> Block {
 pub struct ModelApi {
     pub port: u16,
     requests: Arc<Mutex<Vec<Value>>>,
+    turns: Arc<Mutex<Vec<Vec<Block>>>>,
 }
 
 impl ModelApi {
@@ -42,14 +51,20 @@ impl ModelApi {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let (kept, turns) = (requests.clone(), Arc::new(turns));
+        let turns = Arc::new(Mutex::new(turns));
+        let (kept, script) = (requests.clone(), turns.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let (kept, turns) = (kept.clone(), turns.clone());
-                std::thread::spawn(move || serve(conn, &kept, &turns));
+                let (kept, script) = (kept.clone(), script.clone());
+                std::thread::spawn(move || serve(conn, &kept, &script));
             }
         });
-        ModelApi { port, requests }
+        ModelApi { port, requests, turns }
+    }
+
+    /// Scripts the model anew (for turns that name paths known only later).
+    pub fn set_turns(&self, turns: Vec<Vec<Block>>) {
+        *self.turns.lock().unwrap() = turns;
     }
 
     /// The bodies of every `/v1/messages` request with tools (the agent's own turns).
@@ -80,7 +95,7 @@ impl ModelApi {
     }
 }
 
-fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &[Vec<Block>]) {
+fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &Mutex<Vec<Vec<Block>>>) {
     let mut reader = BufReader::new(&conn);
     loop {
         let mut request_line = String::new();
@@ -121,7 +136,7 @@ fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &[Vec<Block>]) {
         kept.lock().unwrap().push(body.clone());
         let blocks = if body.get("tools").is_some() {
             let done = body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
-            turns.get(done).cloned().unwrap_or_else(|| vec![text("done")])
+            turns.lock().unwrap().get(done).cloned().unwrap_or_else(|| vec![text("done")])
         } else {
             vec![text("ok")]
         };
@@ -153,17 +168,18 @@ fn usage() -> Value {
 fn content(blocks: &[Block]) -> Vec<Value> {
     blocks
         .iter()
-        .enumerate()
-        .map(|(i, b)| match b {
+        .map(|b| match b {
             Block::Text(t) => json!({ "type": "text", "text": t }),
-            Block::Tool(name, input) => json!({ "type": "tool_use", "id": format!("toolu_{i:02}{}", std::process::id()), "name": name, "input": input }),
+            Block::Tool(name, input) => {
+                json!({ "type": "tool_use", "id": fresh_id("toolu"), "name": name, "input": input })
+            }
         })
         .collect()
 }
 
 fn message(blocks: &[Block]) -> Value {
     json!({
-        "id": "msg_scripted", "type": "message", "role": "assistant", "model": "claude-scripted",
+        "id": fresh_id("msg"), "type": "message", "role": "assistant", "model": "claude-scripted",
         "content": content(blocks), "stop_reason": stop_reason(blocks), "stop_sequence": null, "usage": usage(),
     })
 }

@@ -83,6 +83,16 @@ impl AgentGate for AgentService {
         );
         Ok(Response::new(answer))
     }
+
+    async fn get_model_key(
+        &self,
+        _: Request<pb::GetModelKeyRequest>,
+    ) -> Result<Response<pb::GetModelKeyResponse>, Status> {
+        match self.shared.peers.model_key(&self.door.run_id).await {
+            Ok(api_key) => Ok(Response::new(pb::GetModelKeyResponse { api_key })),
+            Err(e) => Err(Status::failed_precondition(format!("no model API key for this run: {e}"))),
+        }
+    }
 }
 
 /// Serves one connection: HTTP/2, gRPC, this run's questions only.

@@ -1,5 +1,8 @@
 //! cc-hook: Claude Code's PreToolUse hook (see `cc_runner::hook`).
-//! `cc-hook [--agent http://127.0.0.1:PORT | --agent unix:PATH] [--deadline-ms N]`
+//! `cc-hook [--agent http://127.0.0.1:PORT | --agent unix:PATH] [--deadline-ms N] [--api-key]`
+//!
+//! With `--api-key` it is Claude Code's `apiKeyHelper` instead: it prints the model
+//! provider's API key, which the broker hands out through the run's agent socket.
 #![forbid(unsafe_code)]
 
 use std::io::Read;
@@ -24,11 +27,13 @@ fn block(why: &str) -> ExitCode {
 struct Options {
     agent: Address,
     deadline: Duration,
+    api_key: bool,
 }
 
 fn options() -> Result<Options, String> {
     let mut agent = DEFAULT_AGENT.parse::<Address>()?;
     let mut deadline = DEFAULT_DEADLINE;
+    let mut api_key = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -38,14 +43,15 @@ fn options() -> Result<Options, String> {
                 let ms: u64 = value()?.parse().map_err(|_| "--deadline-ms takes milliseconds".to_owned())?;
                 deadline = Duration::from_millis(ms.clamp(1, 3_600_000));
             }
+            "--api-key" => api_key = true,
             other => return Err(format!("unknown option {other:?}")),
         }
     }
-    Ok(Options { agent, deadline })
+    Ok(Options { agent, deadline, api_key })
 }
 
-async fn ask(agent: Address, tool_use: cc_proto::agent::v1::ToolUse) -> Result<(bool, String), String> {
-    let channel = match &agent {
+async fn connect(agent: &Address) -> Result<AgentGateClient<tonic::transport::Channel>, String> {
+    let channel = match agent {
         Address::Tcp(url) => tonic::transport::Endpoint::from_shared(url.clone())
             .map_err(|e| e.to_string())?
             .connect()
@@ -53,7 +59,11 @@ async fn ask(agent: Address, tool_use: cc_proto::agent::v1::ToolUse) -> Result<(
             .map_err(|e| format!("cannot reach the run's agent socket at {url}: {e}"))?,
         Address::Unix(path) => cc_proto::client::connect(path).await.map_err(|e| e.to_string())?,
     };
-    let mut gate = AgentGateClient::new(channel);
+    Ok(AgentGateClient::new(channel))
+}
+
+async fn ask(agent: Address, tool_use: cc_proto::agent::v1::ToolUse) -> Result<(bool, String), String> {
+    let mut gate = connect(&agent).await?;
     let answer = gate
         .decide_tool_use(DecideToolUseRequest { tool_use: Some(tool_use) })
         .await
@@ -62,11 +72,38 @@ async fn ask(agent: Address, tool_use: cc_proto::agent::v1::ToolUse) -> Result<(
     Ok((answer.decision == Decision::Allow as i32, answer.reason))
 }
 
+/// `--api-key`: the key on stdout, or exit 1 with why on stderr.
+fn print_api_key(options: Options) -> ExitCode {
+    let fetch = async {
+        let mut gate = connect(&options.agent).await?;
+        let call = gate.get_model_key(cc_proto::agent::v1::GetModelKeyRequest {});
+        match tokio::time::timeout(options.deadline, call).await {
+            Ok(Ok(r)) => Ok(r.into_inner().api_key),
+            Ok(Err(status)) => Err(status.message().to_owned()),
+            Err(_) => Err(format!("no answer within {} ms", options.deadline.as_millis())),
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    match runtime.map_err(|e| e.to_string()).and_then(|r| r.block_on(fetch)) {
+        Ok(key) => {
+            println!("{key}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cc-hook: cannot get the model API key: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let options = match options() {
         Ok(o) => o,
         Err(e) => return block(&format!("cc-hook: {e}")),
     };
+    if options.api_key {
+        return print_api_key(options);
+    }
     // The deadline holds whatever hangs below (stdin, the runtime, the socket): this
     // thread answers deny and ends the process in time.
     let deadline = options.deadline;

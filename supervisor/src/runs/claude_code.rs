@@ -39,21 +39,36 @@ impl HookTiming {
     }
 }
 
-/// Claude Code's settings for a run: the hooks, and the environment the CLI runs with.
-pub fn settings(timing: HookTiming, env: &[(String, String)]) -> Value {
+/// The hook's command line, run by `/bin/sh -c`. Claude Code runs the tool when a
+/// hook fails in any other way than exit 2 (not found, killed, nonsense on stdout), so
+/// every failure of cc-hook becomes exit 2 here.
+pub fn hook_command(timing: HookTiming) -> String {
+    format!(
+        "{HOOK_INSIDE} --deadline-ms {} || {{ s=$?; [ $s = 2 ] || echo \"Control Center: the hook ended without an answer (status $s); denied\" >&2; exit 2; }}",
+        timing.deadline_ms
+    )
+}
+
+/// Claude Code's settings for a run: the hooks, the environment the CLI runs with,
+/// and, when the broker has one, the model API key through cc-hook.
+pub fn settings(timing: HookTiming, env: &[(String, String)], model_key: bool) -> Value {
     let hook = json!([{
         "type": "command",
-        "command": format!("{HOOK_INSIDE} --deadline-ms {}", timing.deadline_ms),
+        "command": hook_command(timing),
         "timeout": timing.timeout_seconds,
     }]);
     let pre_tool_use: Vec<Value> = HOOKED.iter().map(|m| json!({ "matcher": m, "hooks": hook })).collect();
     let env: serde_json::Map<String, Value> = env.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
-    json!({
+    let mut settings = json!({
         "hooks": { "PreToolUse": pre_tool_use },
         "env": env,
         // Nothing of the CLI's own reaches out on its own: updates, telemetry, error reports.
         "autoUpdates": false,
-    })
+    });
+    if model_key {
+        settings["apiKeyHelper"] = Value::from(format!("{HOOK_INSIDE} --api-key"));
+    }
+    settings
 }
 
 /// The environment every claude-code launch gets through its settings, on top of the
@@ -210,12 +225,15 @@ mod tests {
     fn the_hook_answers_before_claude_code_gives_up_on_it() {
         let t = HookTiming::for_approvals(300_000);
         assert!(t.deadline_ms < t.timeout_seconds * 1000, "{t:?}");
-        let s = settings(t, &environment(Some("http://model.test:9")));
+        let s = settings(t, &environment(Some("http://model.test:9")), true);
+        assert_eq!(s["apiKeyHelper"], format!("{HOOK_INSIDE} --api-key"));
+        assert!(settings(t, &[], false).get("apiKeyHelper").is_none());
         let hooks = s["hooks"]["PreToolUse"].as_array().unwrap();
         let matchers: Vec<&str> = hooks.iter().map(|h| h["matcher"].as_str().unwrap()).collect();
         assert_eq!(matchers, HOOKED);
         for h in hooks {
-            assert_eq!(h["hooks"][0]["command"], format!("{HOOK_INSIDE} --deadline-ms 310000"));
+            let command = h["hooks"][0]["command"].as_str().unwrap();
+            assert!(command.starts_with(&format!("{HOOK_INSIDE} --deadline-ms 310000 || ")), "{command}");
             assert_eq!(h["hooks"][0]["timeout"], 320);
         }
         assert_eq!(s["env"]["ANTHROPIC_BASE_URL"], "http://model.test:9");

@@ -87,7 +87,7 @@ impl RunManager {
             Hooked::OwnTool => return Ok((Decision::Allow, "a Control Center tool: it asks its own gate".into())),
             Hooked::Refused(why) => return Ok((Decision::Deny, format!("Control Center: {why}"))),
         };
-        match self.ask_gate(&run, &described).await {
+        match self.ask_gate(&run, &described, true).await {
             Ok(()) => Ok((Decision::Allow, "allowed by Control Center".into())),
             Err(RunError::GateDenied { reason, .. } | RunError::NoApprover(reason)) => {
                 Ok((Decision::Deny, format!("Control Center policy: {reason}")))

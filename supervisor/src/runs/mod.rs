@@ -633,8 +633,9 @@ impl RunManager {
             // The agent's settings (its hooks) and MCP config, before anything of the
             // run can start: read-only in its overlay envelope.
             let timing = claude_code::HookTiming::for_approvals(self.gate().approvals.timeout().as_millis() as u64);
-            let base_url = &self.config().claude_code.base_url;
-            let settings = claude_code::settings(timing, &claude_code::environment(Some(base_url)));
+            let claude = &self.config().claude_code;
+            let env = claude_code::environment(Some(&claude.base_url));
+            let settings = claude_code::settings(timing, &env, claude.model_key);
             prompt::write_agent_config(&paths.agent_config, &settings, &claude_code::mcp_config()).map_err(|e| {
                 RunError::Internal(format!(
                     "cannot write the agent's settings in {}: {e}",

@@ -195,7 +195,9 @@ impl RunManager {
     /// Asks the gate; `Ok` only for an allow. A tool with no effect classes (the
     /// read-only ones) is evaluated without an event when allowed, so a thousand reads
     /// do not write a thousand rows; every other decision is recorded by the gate.
-    pub(super) async fn ask_gate(&self, run: &LiveRun, described: &Described) -> Result<(), RunError> {
+    /// `hooked`: an agent's own call, asked by its hook, whose pushes are judged by the
+    /// refs its command line names as well (the gateway judges them again as they are).
+    pub(super) async fn ask_gate(&self, run: &LiveRun, described: &Described, hooked: bool) -> Result<(), RunError> {
         let effects = cc_policy::tools::TOOLS
             .iter()
             .find(|t| t.name == described.tool)
@@ -214,8 +216,10 @@ impl RunManager {
             command_line: described.command_line.clone(),
             egress: run.record.network,
             // In an envelope a push leaves only through the gateway, which asks the gate
-            // about each ref as it really is (force and deletion included).
-            pushes_through_gateway: self.env.enveloped && run.gateway_bridged(),
+            // about each ref as it really is (force and deletion included). An agent's
+            // hook is asked too, so that the agent hears a refusal as its tool's result
+            // rather than as git's error.
+            pushes_through_gateway: !hooked && self.env.enveloped && run.gateway_bridged(),
         };
         let quiet = action.effects.is_empty() && action.command_line.is_none();
         // What a denial names when no single effect's own verdict decided (the command
@@ -252,7 +256,7 @@ impl RunManager {
     pub async fn call_tool(self: &Arc<Self>, run_id: &RunId, tool: Option<Tool>) -> Result<Events, RunError> {
         let run = self.require_live(run_id)?;
         let described = describe(tool.as_ref(), &run.record.work_dir)?;
-        self.ask_gate(&run, &described).await?;
+        self.ask_gate(&run, &described, false).await?;
         let tool = match tool.map(for_runner) {
             Some(Ok(tool)) => tool,
             Some(Err(bash)) => return self.bash(&run, bash).await,

@@ -1,0 +1,270 @@
+//! Issue 22: the claude-code adapter, with the real `claude` CLI in the run's overlay
+//! envelope, driven by a scripted model (tests/src/model_api.rs) that it reaches
+//! through the run's egress proxy. Each test scripts the tool calls the model makes
+//! and checks what the real CLI then did, and what it told the model.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use cc_tests::model_api::{Block, ModelApi, text, tool};
+use cc_tests::runs::{Fixture, fixture_with};
+use cc_tests::{Options, bin, eventually};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+/// The rule every world has: the agent may reach the network (its model).
+const NETWORK: &str = "[[rule]]\neffect = \"access_network\"\ndecision = \"allow\"\n";
+const DENY_MAIN: &str = "[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"deny\"\nreason = \"direct pushes to main are not allowed\"\n";
+const DENY_SECRET: &str = "[[rule]]\neffect = \"write_file\"\npath = \"secret/**\"\ndecision = \"deny\"\nreason = \"secret/ is off limits\"\n";
+
+struct World {
+    f: Fixture,
+    model: ModelApi,
+    run: String,
+    _keys: tempfile::TempDir,
+}
+
+/// A supervisor whose claude-code runs reach `turns` as their model, with `rules`, and
+/// one such run, its network on (to its model only).
+fn world(turns: Vec<Vec<Block>>, rules: &str) -> World {
+    assert!(
+        Command::new("claude").arg("--version").output().is_ok_and(|o| o.status.success()),
+        "the claude CLI is not installed (.ci/run installs it from the npm registry)"
+    );
+    let model = ModelApi::start(turns);
+    let keys = tempfile::tempdir().unwrap();
+    let rules_path = keys.path().join("rules.toml");
+    std::fs::write(&rules_path, format!("{NETWORK}{rules}")).unwrap();
+    std::fs::set_permissions(&rules_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let key = keys.path().join("model.key");
+    std::fs::write(&key, "sk-scripted-key\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = model.port;
+    let config = format!(
+        "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"model.test:{port}\", \"127.0.0.1:{port}\"]\n\
+         [egress.resolve]\n\"model.test\" = [\"127.0.0.1\"]\n\n[runs.claude_code]\nbase_url = \"http://model.test:{port}\"\n\n\
+         [credentials.model]\napi_key_file = \"{}\"\n",
+        rules_path.display(),
+        key.display()
+    );
+    let f = fixture_with(Options { config: Some(config), ..Default::default() });
+    let out = f.sup.ccctl(&[
+        "run",
+        "start",
+        "--conversation",
+        &f.conversation,
+        "--adapter",
+        "claude-code",
+        "--network",
+        "on",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    World { f, model, run, _keys: keys }
+}
+
+impl World {
+    fn prompt(&self, prompt: &str) -> Output {
+        self.f.sup.ccctl(&["run", "prompt", &self.run, prompt, "--timeout", "120"])
+    }
+
+    /// The tool results the CLI sent the model: (content, is_error).
+    fn results(&self) -> Vec<(String, bool)> {
+        self.model.tool_results()
+    }
+
+    fn events(&self) -> String {
+        String::from_utf8_lossy(&self.f.sup.ccctl(&["--json", "events"]).stdout).into_owned()
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    format!("{}\n--- stderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn bash(command: &str) -> Block {
+    tool("Bash", json!({ "command": command, "description": "scripted" }))
+}
+
+#[test]
+fn bash_calls_are_decided_by_the_gate_before_they_run_and_the_agent_cannot_switch_the_hook_off() {
+    let w = world(
+        vec![
+            vec![bash("git push origin main")],
+            vec![bash("echo made > made-by-agent.txt && tr '\\0' ' ' < /proc/1/cmdline")],
+            vec![text("finished")],
+        ],
+        DENY_MAIN,
+    );
+    // Settings the agent could have written, in its project and in its home: both
+    // would switch every hook off, or allow everything. Neither is read.
+    let permissive = json!({
+        "disableAllHooks": true,
+        "hooks": { "PreToolUse": [{ "matcher": "Bash", "hooks": [{ "type": "command", "command": "echo '{}'" }] }] },
+    })
+    .to_string();
+    let copy = w.f.copy();
+    std::fs::create_dir_all(copy.join(".claude")).unwrap();
+    std::fs::write(copy.join(".claude/settings.json"), &permissive).unwrap();
+    let home = copy.parent().unwrap().parent().unwrap().join("agents/default/work/.claude");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("settings.json"), &permissive).unwrap();
+    for dir in [copy.join(".claude"), home.clone()] {
+        // As root the run's user must be able to read them (or they would not count).
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+
+    let out = w.prompt("push it, then make a file");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let results = w.results();
+    assert_eq!(results.len(), 2, "{results:?}\n{}", stdout(&out));
+    let (denied, is_error) = &results[0];
+    assert!(*is_error && denied.contains("direct pushes to main are not allowed"), "{denied}");
+    let (ran, is_error) = &results[1];
+    // Allowed, it ran inside the envelope: our init is its PID 1.
+    assert!(!is_error && ran.contains("/run/cc/init"), "{ran}");
+    assert_eq!(std::fs::read_to_string(copy.join("made-by-agent.txt")).unwrap(), "made\n");
+    assert!(!w.f.checkout.join("made-by-agent.txt").exists());
+
+    // The stream became the run's events, and the gate's decisions are there too.
+    let events = w.events();
+    for kind in ["agent_init", "agent_tool_use", "agent_tool_result", "agent_text", "agent_result", "agent_exited"] {
+        assert!(events.contains(&format!("\"{kind}\"")), "{kind} missing");
+    }
+    assert!(events.contains("git push origin main"), "the denied push is an event");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("-> Bash") && text.contains("success: 3 turns"), "{text}");
+}
+
+#[test]
+fn file_writes_are_judged_by_path_rules_and_bounded_by_the_envelope() {
+    // The paths are known once the world exists; the model is scripted then.
+    let w = world(vec![], DENY_SECRET);
+    let copy = w.f.copy();
+    let outside = w.f.checkout.join("pwned.txt");
+    let turns = vec![
+        vec![tool("Write", json!({ "file_path": copy.join("secret/key.txt"), "content": "x" }))],
+        vec![tool("Write", json!({ "file_path": outside, "content": "x" }))],
+        vec![tool("Write", json!({ "file_path": copy.join("notes.txt"), "content": "fine\n" }))],
+        vec![text("finished")],
+    ];
+    w.model.set_turns(turns);
+    let out = w.prompt("write three files");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let results = w.results();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(results[0].1 && results[0].0.contains("secret/ is off limits"), "{:?}", results[0]);
+    assert!(!copy.join("secret/key.txt").exists());
+    // The registered checkout is not in the envelope at all: the write fails there.
+    assert!(results[1].1, "{:?}", results[1]);
+    assert!(!outside.exists());
+    assert!(!results[2].1, "{:?}", results[2]);
+    assert_eq!(std::fs::read_to_string(copy.join("notes.txt")).unwrap(), "fine\n");
+}
+
+#[test]
+fn the_hook_fails_closed_when_the_gate_cannot_be_reached_and_recovers_after_a_gateway_kill() {
+    let w = world(
+        vec![
+            vec![bash("echo one > one.txt")],
+            vec![text("a")],
+            vec![bash("echo two > two.txt")],
+            vec![text("b")],
+            vec![bash("npm install left-pad; touch installed.txt")],
+            vec![text("c")],
+        ],
+        "",
+    );
+    let copy = w.f.copy();
+    // The run's agent socket is gone: the hook cannot ask, and says no by itself.
+    let agent_socket = w.f.sup.data_dir.join("gateway/runs").join(&w.run).join("agent.sock");
+    std::fs::remove_file(&agent_socket).unwrap();
+    let out = w.prompt("one");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let results = w.results();
+    assert!(results[0].1 && results[0].0.contains("Control Center blocked this call"), "{results:?}");
+    assert!(!copy.join("one.txt").exists());
+
+    // kill -9 of the gateway: the new one serves the run's agent socket again.
+    let gateway = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(10), "a new gateway serves the run's agent socket", || {
+        w.f.sup.helper_pids().into_iter().any(|(n, pid)| n == "gateway" && pid != gateway) && agent_socket.exists()
+    });
+    let out = w.prompt("two");
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert_eq!(std::fs::read_to_string(copy.join("two.txt")).unwrap(), "two\n", "{:?}", w.results());
+
+    // An ask with no approver connected is a deny.
+    let out = w.prompt("three");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let (reason, is_error) = w.results().pop().unwrap();
+    assert!(is_error && reason.contains("Control Center policy"), "{reason}");
+    assert!(!copy.join("installed.txt").exists());
+}
+
+/// The processes below `root` whose argv[0] is `program`.
+fn descendants_running(root: u32, program: &str) -> Vec<u32> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if argv.split(|b| *b == 0).next() != Some(program.as_bytes()) {
+            continue;
+        }
+        let mut up = parent_of(pid);
+        while let Some(p) = up.filter(|p| *p > 1) {
+            if p == root {
+                found.push(pid);
+                break;
+            }
+            up = parent_of(p);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_hook_killed_while_its_question_waits_for_an_approver_is_a_deny() {
+    let w = world(vec![vec![bash("npm install left-pad; touch installed.txt")], vec![text("finished")]], "");
+    // An approver that shows the question and never answers.
+    let mut watcher = Command::new(bin("ccctl"))
+        .arg("--data-dir")
+        .arg(&w.f.sup.data_dir)
+        .args(["approvals", "watch", "--name", "slow"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut questions = BufReader::new(watcher.stdout.take().unwrap());
+    let mut line = String::new();
+    questions.read_line(&mut line).unwrap();
+    assert!(line.starts_with("watching"), "{line}");
+    let prompt = Command::new(bin("ccctl"))
+        .arg("--data-dir")
+        .arg(&w.f.sup.data_dir)
+        .args(["run", "prompt", &w.run, "install it", "--timeout", "120"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    line.clear();
+    questions.read_line(&mut line).unwrap();
+    assert!(line.contains("npm install left-pad"), "{line}");
+    let hooks = descendants_running(w.f.sup.child.id(), "/run/cc/hook");
+    assert_eq!(hooks.len(), 1, "one hook waits: {hooks:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(hooks[0] as i32), Signal::SIGKILL).unwrap();
+    let out = prompt.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stdout(&out));
+    let (reason, is_error) = w.results().pop().unwrap();
+    assert!(is_error && reason.contains("the hook ended without an answer"), "{reason}");
+    assert!(!w.f.copy().join("installed.txt").exists());
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+}
