@@ -30,6 +30,7 @@ if [ -d target/bench-srt/node_modules/@anthropic-ai/sandbox-runtime ]; then
   srt_proxy="node bench/srt-proxy.mjs target/bench-srt/node_modules/@anthropic-ai/sandbox-runtime"
 fi
 ./target/release/cc-bench egress "$srt_proxy"
+./target/release/cc-bench adapters
 if [ "$(id -u)" = 0 ]; then
   ./target/release/cc-bench limits
 else

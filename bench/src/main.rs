@@ -17,6 +17,7 @@
 //!   upstream, the gateway's peak memory, and the latency a push that sends nothing adds.
 //! * `egress`: 1 GiB through a run's CONNECT tunnel vs straight over loopback (and
 //!   through srt's proxy), and the connect latency the proxy adds.
+//! * `adapters`: the claude-code hook's decision latency.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use cc_proto::supervisor::v1 as pb;
 
+mod adapters;
 mod corpus;
 mod egress;
 mod gate;
@@ -50,8 +52,11 @@ fn main() -> anyhow::Result<()> {
         "load" => load::run(),
         "git" => git::run(),
         "egress" => egress::run(std::env::args().nth(2)),
+        "adapters" => adapters::run(),
         other => {
-            bail!("unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git)")
+            bail!(
+                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters)"
+            )
         }
     }
 }

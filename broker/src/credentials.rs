@@ -27,6 +27,11 @@ impl Scope {
     pub fn write(repository: String) -> Scope {
         Scope { repositories: vec![repository], permissions: vec![("contents".into(), "write".into())] }
     }
+
+    /// One tracker write to one repository's issues.
+    pub fn issues(repository: String) -> Scope {
+        Scope { repositories: vec![repository], permissions: vec![("issues".into(), "write".into())] }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

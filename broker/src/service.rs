@@ -325,7 +325,10 @@ impl Broker for BrokerService {
         &self,
         request: Request<pb::IssueWriteTokenRequest>,
     ) -> Result<Response<pb::IssueWriteTokenResponse>, Status> {
-        require_peer(&request, &["gateway"])?;
+        // Pushes are the gateway's, tracker writes the supervisor's: neither may ask for
+        // the other's kind of token.
+        let issues = request.get_ref().access == pb::WriteAccess::Issues as i32;
+        require_peer(&request, if issues { &["supervisor"] } else { &["gateway"] })?;
         self.state.ensure_retrier();
         let r = request.into_inner();
         let (read, _) = self.state.read_lease(&r.run_id)?;
@@ -341,7 +344,7 @@ impl Broker for BrokerService {
             return Err(Status::failed_precondition("no credential provider is configured"));
         };
         // Never past the read token's own expiry, which is capped at the run's deadline.
-        let scope = Scope::write(repository);
+        let scope = if issues { Scope::issues(repository) } else { Scope::write(repository) };
         let issued = provider
             .issue(&scope, read.expires_at)
             .await
@@ -356,7 +359,8 @@ impl Broker for BrokerService {
             expires_at: issued.expires_at,
         };
         let lease_id = self.state.store()?.insert(&lease, &issued.secret).map_err(internal)?;
-        tracing::info!(run = %r.run_id, lease = lease_id, "issued a write token for one push");
+        let what = if issues { "one tracker write" } else { "one push" };
+        tracing::info!(run = %r.run_id, lease = lease_id, what, "issued a write token");
         Ok(Response::new(pb::IssueWriteTokenResponse {
             token: issued.secret.expose().to_owned(),
             lease_id,
@@ -368,7 +372,7 @@ impl Broker for BrokerService {
         &self,
         request: Request<pb::RevokeWriteTokenRequest>,
     ) -> Result<Response<pb::RevokeWriteTokenResponse>, Status> {
-        require_peer(&request, &["gateway"])?;
+        require_peer(&request, &["gateway", "supervisor"])?;
         self.state.ensure_retrier();
         let r = request.into_inner();
         let lease = self

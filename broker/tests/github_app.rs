@@ -206,7 +206,11 @@ async fn tokens_go_only_to_the_peers_that_may_ask_and_write_tokens_are_leases() 
     }
     let read = |peer: &str| as_peer(peer, pb::GetReadTokenRequest { run_id: "r1".into() });
     let write = |peer: &str, repository: &str| {
-        as_peer(peer, pb::IssueWriteTokenRequest { run_id: "r1".into(), repository: repository.into() })
+        as_peer(peer, pb::IssueWriteTokenRequest { run_id: "r1".into(), repository: repository.into(), access: 0 })
+    };
+    let issues = |peer: &str| {
+        let access = pb::WriteAccess::Issues as i32;
+        as_peer(peer, pb::IssueWriteTokenRequest { run_id: "r1".into(), repository: "octo/project".into(), access })
     };
 
     // No run yet: nothing to give.
@@ -253,6 +257,15 @@ async fn tokens_go_only_to_the_peers_that_may_ask_and_write_tokens_are_leases() 
         tonic::Code::NotFound
     );
 
+    // An issues token: the supervisor's alone (a tracker write), issues and nothing else.
+    assert_eq!(broker.issue_write_token(issues("gateway")).await.unwrap_err().code(), tonic::Code::PermissionDenied);
+    let tracker = broker.issue_write_token(issues("supervisor")).await.unwrap().into_inner();
+    let granted = api.token(&tracker.token).unwrap();
+    assert_eq!((granted.permissions.len(), granted.permissions["issues"].as_str()), (1, Some("write")));
+    let revoke = pb::RevokeWriteTokenRequest { run_id: "r1".into(), lease_id: tracker.lease_id };
+    broker.revoke_write_token(as_peer("supervisor", revoke)).await.unwrap();
+    assert!(api.token(&tracker.token).unwrap().revoked);
+
     // A write token the gateway never revoked goes with the run.
     let second = broker.issue_write_token(write("gateway", "octo/project")).await.unwrap().into_inner();
     broker.end_run(as_peer("supervisor", pb::EndRunRequest { run_id: "r1".into() })).await.unwrap();
@@ -260,5 +273,5 @@ async fn tokens_go_only_to_the_peers_that_may_ask_and_write_tokens_are_leases() 
     let leases =
         broker.list_leases(as_peer("supervisor", pb::ListLeasesRequest { run_id: "r1".into() })).await.unwrap();
     let kinds: Vec<String> = leases.into_inner().leases.into_iter().map(|l| l.kind).collect();
-    assert_eq!(kinds, ["read", "write", "write"]);
+    assert_eq!(kinds, ["read", "write", "write", "write"]);
 }

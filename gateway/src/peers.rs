@@ -139,6 +139,7 @@ impl Peers {
         let call = broker.issue_write_token(bk::IssueWriteTokenRequest {
             run_id: run.to_owned(),
             repository: repository.to_owned(),
+            access: bk::WriteAccess::Unspecified as i32,
         });
         let r = self.within(&self.broker, "broker", "IssueWriteToken", BROKER_DEADLINE, call).await?.into_inner();
         Ok(Token { secret: r.token, lease_id: r.lease_id })
@@ -184,6 +185,18 @@ impl Peers {
         let mut runs = RunsClient::new(channel);
         let call = runs.decide_tool_use(request);
         Ok(self.within(&self.supervisor, "supervisor", "DecideToolUse", self.gate_deadline, call).await?.into_inner())
+    }
+
+    /// One of the product's tools for a run's agent: the supervisor asks the gate and
+    /// makes the write; an ask waits for an approver, as [`Self::decide`].
+    pub async fn call_product_tool(
+        &self,
+        request: sv::CallProductToolRequest,
+    ) -> Result<sv::CallProductToolResponse, PeerError> {
+        let channel = Self::channel(&self.supervisor, &self.supervisor_socket, "supervisor").await?;
+        let mut runs = RunsClient::new(channel);
+        let call = runs.call_product_tool(request);
+        Ok(self.within(&self.supervisor, "supervisor", "CallProductTool", self.gate_deadline, call).await?.into_inner())
     }
 
     /// Hands what the run's proxies saw to the supervisor ([`crate::door::report`]).

@@ -7,6 +7,7 @@ pub mod confine;
 pub mod fetch;
 pub mod files;
 pub mod hook;
+pub mod mcp;
 pub mod patch;
 pub mod search;
 pub mod service;

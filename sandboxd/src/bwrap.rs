@@ -16,6 +16,8 @@ pub const RUNNER_INSIDE: &str = "/run/cc/runner";
 /// Where the overlay kind shows cc-hook, the agent's PreToolUse hook (installed next
 /// to cc-runner), for the agent's settings to name.
 pub const HOOK_INSIDE: &str = "/run/cc/hook";
+/// And cc-mcp, the product's MCP server, for the agent's MCP config.
+pub const MCP_INSIDE: &str = "/run/cc/mcp";
 /// Where the run's bridge sockets are bound, `<port>.sock` each.
 pub const BRIDGES_INSIDE: &str = "/run/cc/bridges";
 /// The descriptor of the first path bound by descriptor (`--bind-fd`); the rest follow
@@ -249,6 +251,7 @@ impl Envelope<'_> {
         }
         if self.kind == Kind::Overlay {
             a.bind("--ro-bind", &self.runner.with_file_name("cc-hook"), Path::new(HOOK_INSIDE));
+            a.bind("--ro-bind", &self.runner.with_file_name("cc-mcp"), Path::new(MCP_INSIDE));
         }
         // The run's sockets, for our init to bridge; the workload cannot open AF_UNIX
         // sockets (seccomp), so it reaches them only as 127.0.0.1:<port>. Each socket's
@@ -563,6 +566,7 @@ mod tests {
         );
         // The agent's hook, from beside cc-runner; no other kind shows it.
         assert!(position(&a, &["--ro-bind", "/opt/cc/cc-hook", HOOK_INSIDE]).is_some());
+        assert!(position(&a, &["--ro-bind", "/opt/cc/cc-mcp", MCP_INSIDE]).is_some());
         assert!(!args(Kind::HarnessBash, &[]).iter().any(|x| x == HOOK_INSIDE));
     }
 

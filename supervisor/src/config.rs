@@ -44,6 +44,7 @@
 //! bash_max_timeout_seconds = 3600     # a call may ask for at most this
 //! bash_output_cap_bytes = 1048576     # stdout + stderr of one call; over it, the command is killed
 //! path = ["/opt/tools/bin"]           # added to PATH in envelopes, after the system's program dirs
+//! github_api_url = "https://api.github.com"  # where the product's MCP tools open pull requests and write issues
 //!
 //! [runs.claude_code]                  # the claude-code adapter
 //! program = "claude"                  # the CLI, on the envelope's PATH (or an absolute path under a system dir)
@@ -130,6 +131,9 @@ pub struct RunsConfig {
     pub path: Vec<PathBuf>,
     pub limits: LimitsConfig,
     pub claude_code: ClaudeCodeConfig,
+    /// GitHub's REST API, where the product's MCP tools open pull requests and write
+    /// issues (a stand-in in tests).
+    pub github_api_url: String,
 }
 
 /// The claude-code adapter (`[runs.claude_code]`).
@@ -174,6 +178,7 @@ impl Default for RunsConfig {
             path: vec![],
             limits: LimitsConfig::default(),
             claude_code: ClaudeCodeConfig::default(),
+            github_api_url: "https://api.github.com".into(),
         }
     }
 }

@@ -30,9 +30,20 @@ pub struct Token {
     pub revoked: bool,
 }
 
+/// A write made through the REST API (an issue, a comment, a pull request).
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub method: String,
+    pub path: String,
+    /// The token it was made with.
+    pub token: String,
+    pub body: serde_json::Value,
+}
+
 #[derive(Default)]
 struct State {
     tokens: HashMap<String, Token>,
+    writes: Vec<Write>,
     /// The next DELETE answers 502 this many times (a GitHub outage).
     fail_revokes: u32,
 }
@@ -86,6 +97,11 @@ impl GitHubApi {
         let repositories = repositories.iter().map(|r| (*r).to_owned()).collect();
         self.state.lock().unwrap().tokens.insert(token.clone(), Token { repositories, permissions, revoked: false });
         token
+    }
+
+    /// The writes made through the REST API, in order.
+    pub fn writes(&self) -> Vec<Write> {
+        self.state.lock().unwrap().writes.clone()
     }
 
     /// The next `n` revokes answer 502, as in an outage.
@@ -231,9 +247,58 @@ async fn handle(
                 _ => bad_credentials,
             }
         }
+        (m @ ("POST" | "PATCH"), p) if p.starts_with("/repos/") => repository_write(&state, m, p, auth, &body),
         _ => json(StatusCode::NOT_FOUND, serde_json::json!({ "message": "Not Found" })),
     };
     Ok(response)
+}
+
+/// Issues, their comments and pull requests: made only with a live token of the
+/// repository whose permission covers it (`issues` or `pull_requests`: `write`).
+fn repository_write(
+    state: &Mutex<State>,
+    method: &str,
+    path: &str,
+    auth: Option<String>,
+    body: &[u8],
+) -> Response<Full<Bytes>> {
+    let parts: Vec<&str> = path.trim_start_matches("/repos/").split('/').collect();
+    let (repository, rest) = match parts.as_slice() {
+        [_, name, rest @ ..] => (*name, rest.to_vec()),
+        _ => return json(StatusCode::NOT_FOUND, serde_json::json!({ "message": "Not Found" })),
+    };
+    let permission = match (method, rest.as_slice()) {
+        ("POST", ["issues"]) | ("POST", ["issues", _, "comments"]) | ("PATCH", ["issues", _]) => "issues",
+        ("POST", ["pulls"]) => "pull_requests",
+        _ => return json(StatusCode::NOT_FOUND, serde_json::json!({ "message": "Not Found" })),
+    };
+    let mut state = state.lock().unwrap();
+    let Some(token) = auth.clone().and_then(|t| state.tokens.get(&t).cloned()).filter(|t| !t.revoked) else {
+        return json(StatusCode::UNAUTHORIZED, serde_json::json!({ "message": "Bad credentials" }));
+    };
+    if !token.repositories.iter().any(|r| r == repository)
+        || token.permissions.get(permission).and_then(|v| v.as_str()) != Some("write")
+    {
+        return json(StatusCode::FORBIDDEN, serde_json::json!({ "message": "Resource not accessible by integration" }));
+    }
+    let body: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    state.writes.push(Write {
+        method: method.into(),
+        path: path.into(),
+        token: auth.unwrap_or_default(),
+        body: body.clone(),
+    });
+    let number = match rest.as_slice() {
+        ["issues", n, ..] => n.parse().unwrap_or(0),
+        _ => state.writes.len() as u64,
+    };
+    let kind = if permission == "issues" { "issues" } else { "pull" };
+    let page = format!("https://github.com/{}/{kind}/{number}", parts[..2].join("/"));
+    let status = if method == "PATCH" { StatusCode::OK } else { StatusCode::CREATED };
+    json(
+        status,
+        serde_json::json!({ "number": number, "html_url": page, "state": body["state"].as_str().unwrap_or("open") }),
+    )
 }
 
 async fn serve(public_key: Vec<u8>) -> (SocketAddr, Arc<Mutex<State>>) {

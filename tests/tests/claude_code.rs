@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use cc_tests::github_api::GitHubApi;
 use cc_tests::model_api::{Block, ModelApi, text, tool};
 use cc_tests::runs::{Fixture, fixture_with};
 use cc_tests::{Options, bin, eventually};
@@ -29,6 +30,12 @@ struct World {
 /// A supervisor whose claude-code runs reach `turns` as their model, with `rules`, and
 /// one such run, its network on (to its model only).
 fn world(turns: Vec<Vec<Block>>, rules: &str) -> World {
+    world_with(turns, rules, "", None)
+}
+
+/// [`world`] with more configuration, and a repository linked to the workspace
+/// before the run starts.
+fn world_with(turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&str>) -> World {
     assert!(
         Command::new("claude").arg("--version").output().is_ok_and(|o| o.status.success()),
         "the claude CLI is not installed (.ci/run installs it from the npm registry)"
@@ -45,11 +52,14 @@ fn world(turns: Vec<Vec<Block>>, rules: &str) -> World {
     let config = format!(
         "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"model.test:{port}\", \"127.0.0.1:{port}\"]\n\
          [egress.resolve]\n\"model.test\" = [\"127.0.0.1\"]\n\n[runs.claude_code]\nbase_url = \"http://model.test:{port}\"\n\n\
-         [credentials.model]\napi_key_file = \"{}\"\n",
+         {config}\n[credentials.model]\napi_key_file = \"{}\"\n",
         rules_path.display(),
         key.display()
     );
     let f = fixture_with(Options { config: Some(config), ..Default::default() });
+    if let Some(repository) = link {
+        assert!(f.sup.ccctl(&["workspace", "link-repo", "default", repository]).status.success());
+    }
     let out = f.sup.ccctl(&[
         "run",
         "start",
@@ -267,4 +277,67 @@ fn a_hook_killed_while_its_question_waits_for_an_approver_is_a_deny() {
     assert!(!w.f.copy().join("installed.txt").exists());
     let _ = watcher.kill();
     let _ = watcher.wait();
+}
+
+/// The stand-in GitHub API and the configuration that points the broker (a GitHub
+/// App) and the product's tools at it.
+fn github() -> (GitHubApi, String, tempfile::TempDir) {
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = cc_tests::github_api::key_pair(keys.path());
+    let api = GitHubApi::start(public);
+    let config = format!(
+        "[runs]\ngithub_api_url = \"{base}\"\n\n[credentials]\nprovider = \"github-app\"\n[credentials.github_app]\n\
+         app_id = \"{}\"\ninstallation_id = {}\nprivate_key = \"{}\"\napi_base = \"{base}\"\n",
+        cc_tests::github_api::APP_ID,
+        cc_tests::github_api::INSTALLATION,
+        private.display(),
+        base = api.base()
+    );
+    (api, config, keys)
+}
+
+#[test]
+fn the_products_mcp_tools_write_outside_the_envelope_with_a_token_the_agent_never_sees() {
+    let (api, config, _keys) = github();
+    let ticket = json!({ "title": "flaky test", "body": "seen twice in CI" });
+    let allow = "[[rule]]\neffect = \"write_external_tracker\"\ndecision = \"allow\"\n";
+    let w = world_with(
+        vec![vec![tool("mcp__cc__create_ticket", ticket.clone())], vec![text("filed")]],
+        allow,
+        &config,
+        Some("octo/project"),
+    );
+    let out = w.prompt("file it");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let (said, is_error) = w.results().pop().unwrap();
+    assert!(!is_error && said.contains("created issue"), "{said}");
+    let writes = api.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(
+        (writes[0].path.as_str(), &writes[0].body["title"]),
+        ("/repos/octo/project/issues", &json!("flaky test"))
+    );
+    // The token was made for this one write and is refused now; nothing the agent's CLI
+    // sent its model (its whole context) holds it.
+    let token = &writes[0].token;
+    assert!(!api.accepts(token), "the issues token is revoked once GitHub answered");
+    assert!(w.model.turns().iter().all(|body| !body.to_string().contains(token.as_str())));
+    assert!(w.events().contains("\"product_tool\""));
+
+    // Denied by a rule: nothing reaches GitHub, and the agent hears why.
+    let (api, config, _keys) = github();
+    let deny =
+        "[[rule]]\neffect = \"write_external_tracker\"\ndecision = \"deny\"\nreason = \"no tickets from agents\"\n";
+    let w = world_with(
+        vec![vec![tool("mcp__cc__create_ticket", ticket)], vec![text("ok")]],
+        deny,
+        &config,
+        Some("octo/project"),
+    );
+    let out = w.prompt("file it");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let (said, is_error) = w.results().pop().unwrap();
+    assert!(is_error && said.contains("no tickets from agents"), "{said}");
+    assert!(api.writes().is_empty());
+    assert_eq!(api.issued(), 1, "only the run's read token was ever issued");
 }

@@ -93,6 +93,24 @@ impl AgentGate for AgentService {
             Err(e) => Err(Status::failed_precondition(format!("no model API key for this run: {e}"))),
         }
     }
+
+    async fn call_product_tool(
+        &self,
+        request: Request<pb::CallProductToolRequest>,
+    ) -> Result<Response<pb::CallProductToolResponse>, Status> {
+        let failed = |message: String| pb::ProductToolResult { ok: false, message, ..Default::default() };
+        let Some(call) = request.into_inner().call else {
+            return Ok(Response::new(pb::CallProductToolResponse {
+                result: Some(failed("the request holds no call".into())),
+            }));
+        };
+        let asked = sv::CallProductToolRequest { run_id: self.door.run_id.clone(), call: Some(call) };
+        let result = match self.shared.peers.call_product_tool(asked).await {
+            Ok(r) => r.result.unwrap_or_else(|| failed("the supervisor gave no result".into())),
+            Err(e) => failed(format!("Control Center could not carry out the call ({e}); nothing was written")),
+        };
+        Ok(Response::new(pb::CallProductToolResponse { result: Some(result) }))
+    }
 }
 
 /// Serves one connection: HTTP/2, gRPC, this run's questions only.

@@ -89,9 +89,13 @@ pub fn environment(base_url: Option<&str>) -> Vec<(String, String)> {
     env
 }
 
-/// The MCP config: no server of anyone else's (`--strict-mcp-config`).
+/// Where sandboxd shows cc-mcp inside the overlay envelope.
+pub const MCP_INSIDE: &str = "/run/cc/mcp";
+
+/// The MCP config: the product's own server and no one else's (`--strict-mcp-config`).
+/// Its tools are `mcp__cc__<tool>` to the agent.
 pub fn mcp_config() -> Value {
-    json!({ "mcpServers": {} })
+    json!({ "mcpServers": { super::hook::MCP_SERVER_NAME: { "type": "stdio", "command": MCP_INSIDE, "args": [] } } })
 }
 
 /// The CLI's command line for one prompt: print mode, stream-json, no approval prompt

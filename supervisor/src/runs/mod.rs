@@ -19,6 +19,7 @@ pub mod error;
 pub mod git_gateway;
 pub mod hook;
 pub mod limits;
+pub mod product_tools;
 pub mod prompt;
 pub mod record;
 mod runner;

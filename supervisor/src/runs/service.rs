@@ -179,4 +179,14 @@ impl Runs for RunsService {
         let r = request.into_inner();
         Ok(Response::new(self.manager.prompt(&RunId::from_wire(r.run_id), r.prompt, r.timeout_seconds).await?))
     }
+
+    async fn call_product_tool(
+        &self,
+        request: Request<pb::CallProductToolRequest>,
+    ) -> Result<Response<pb::CallProductToolResponse>, Status> {
+        let r = request.into_inner();
+        let call = r.call.ok_or_else(|| Status::invalid_argument("the request holds no call"))?;
+        let result = self.manager.call_product_tool(&RunId::from_wire(r.run_id), call).await?;
+        Ok(Response::new(pb::CallProductToolResponse { result: Some(result) }))
+    }
 }
