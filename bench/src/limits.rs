@@ -49,6 +49,7 @@ pub fn run() -> anyhow::Result<()> {
         kind: EnvelopeKind::HarnessBash as i32,
         argv: vec![b"/bin/true".to_vec()],
         timeout_seconds: 30,
+        host: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let samples = runtime.block_on(async {

@@ -362,7 +362,13 @@ impl Launcher {
             let this = self.clone();
             let r = request.clone();
             tokio::task::spawn_blocking(move || {
-                let p = this.prepare(&r.run_id, r.kind, &r.argv)?;
+                let mut p = this.prepare(&r.run_id, r.kind, &r.argv)?;
+                // An adapter that runs its agent on the host on purpose: no envelope, and
+                // the environment it gives, unsanitized.
+                if let Some(host) = r.host {
+                    p.env = host.env.into_iter().collect();
+                    return Ok::<_, LaunchError>((p, Wrapping::Unwrapped));
+                }
                 let wrapping = this.wrapping(&p)?;
                 Ok::<_, LaunchError>((p, wrapping))
             })

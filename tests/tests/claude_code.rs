@@ -36,6 +36,13 @@ fn world(turns: Vec<Vec<Block>>, rules: &str) -> World {
 /// [`world`] with more configuration, and a repository linked to the workspace
 /// before the run starts.
 fn world_with(turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&str>) -> World {
+    world_of("claude-code", turns, rules, config, link)
+}
+
+/// A world whose run has `adapter`. A claude-code run reaches its model through its
+/// proxy by a name the proxy resolves; a claude-code-nosandbox run, on the host, at
+/// the model's loopback address.
+fn world_of(adapter: &str, turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&str>) -> World {
     assert!(
         Command::new("claude").arg("--version").output().is_ok_and(|o| o.status.success()),
         "the claude CLI is not installed (.ci/run installs it from the npm registry)"
@@ -49,9 +56,10 @@ fn world_with(turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&s
     std::fs::write(&key, "sk-scripted-key\n").unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let port = model.port;
+    let host = if adapter == "claude-code" { "model.test" } else { "127.0.0.1" };
     let config = format!(
         "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"model.test:{port}\", \"127.0.0.1:{port}\"]\n\
-         [egress.resolve]\n\"model.test\" = [\"127.0.0.1\"]\n\n[runs.claude_code]\nbase_url = \"http://model.test:{port}\"\n\n\
+         [egress.resolve]\n\"model.test\" = [\"127.0.0.1\"]\n\n[runs.claude_code]\nbase_url = \"http://{host}:{port}\"\n\n\
          {config}\n[credentials.model]\napi_key_file = \"{}\"\n",
         rules_path.display(),
         key.display()
@@ -60,16 +68,8 @@ fn world_with(turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&s
     if let Some(repository) = link {
         assert!(f.sup.ccctl(&["workspace", "link-repo", "default", repository]).status.success());
     }
-    let out = f.sup.ccctl(&[
-        "run",
-        "start",
-        "--conversation",
-        &f.conversation,
-        "--adapter",
-        "claude-code",
-        "--network",
-        "on",
-    ]);
+    let out =
+        f.sup.ccctl(&["run", "start", "--conversation", &f.conversation, "--adapter", adapter, "--network", "on"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let run = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     World { f, model, run, _keys: keys }
@@ -340,4 +340,37 @@ fn the_products_mcp_tools_write_outside_the_envelope_with_a_token_the_agent_neve
     assert!(is_error && said.contains("no tickets from agents"), "{said}");
     assert!(api.writes().is_empty());
     assert_eq!(api.issued(), 1, "only the run's read token was ever issued");
+}
+
+#[test]
+fn without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so() {
+    // The same scripted Write, outside the roots, under each adapter.
+    let script = |target: &std::path::Path| {
+        vec![vec![tool("Write", json!({ "file_path": target, "content": "escaped\n" }))], vec![text("written")]]
+    };
+    let native = world(vec![], "");
+    let target = native.f.outside(&[]).join("escaped.txt");
+    native.model.set_turns(script(&target));
+    let out = native.prompt("write it");
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(native.results()[0].1, "in the envelope the path does not exist: {:?}", native.results());
+    assert!(!target.exists());
+
+    let host = world_of("claude-code-nosandbox", vec![], DENY_MAIN, "", None);
+    let target = host.f.outside(&[]).join("escaped.txt");
+    host.model.set_turns(vec![script(&target).remove(0), vec![bash("git push origin main")], vec![text("done")]]);
+    let out = host.prompt("write it, push it");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let results = host.results();
+    assert!(!results[0].1, "{results:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "escaped\n");
+    // Its hook still asks, over the agent socket itself.
+    assert!(results[1].1 && results[1].0.contains("direct pushes to main are not allowed"), "{results:?}");
+    // Every step of it says so, and so does the run.
+    let events = host.events();
+    let agent_steps: Vec<&str> = events.lines().filter(|l| l.contains("\"agent_")).collect();
+    assert!(!agent_steps.is_empty() && agent_steps.iter().all(|l| l.contains("unsandboxed")), "{events}");
+    assert!(events.contains("the agent runs on the host, unconfined"));
+    let show = String::from_utf8_lossy(&host.f.sup.ccctl(&["run", "show", &host.run]).stdout).into_owned();
+    assert!(show.contains("NO ENVELOPE"), "{show}");
 }

@@ -39,22 +39,63 @@ impl HookTiming {
     }
 }
 
+/// Where the agent's CLI finds cc-hook and cc-mcp, and how they reach the run's agent
+/// socket: inside the envelope at fixed paths through the bridge, or on the host
+/// (claude-code-nosandbox) at their installed paths, on the socket itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Helpers {
+    pub hook: String,
+    pub mcp: String,
+    /// `--agent` for both; `None`: their default, the envelope's bridge.
+    pub agent: Option<String>,
+}
+
+impl Helpers {
+    pub fn enveloped() -> Self {
+        Self { hook: HOOK_INSIDE.into(), mcp: MCP_INSIDE.into(), agent: None }
+    }
+
+    pub fn on_host(hook: &std::path::Path, mcp: &std::path::Path, agent_socket: &std::path::Path) -> Self {
+        Self {
+            hook: hook.to_string_lossy().into_owned(),
+            mcp: mcp.to_string_lossy().into_owned(),
+            agent: Some(format!("unix:{}", agent_socket.to_string_lossy())),
+        }
+    }
+
+    /// cc-hook and its options, quoted for `/bin/sh`.
+    fn hook_words(&self) -> String {
+        let mut words = quoted(&self.hook);
+        if let Some(agent) = &self.agent {
+            words.push_str(" --agent ");
+            words.push_str(&quoted(agent));
+        }
+        words
+    }
+}
+
+/// One word for `/bin/sh`, single-quoted.
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
 /// The hook's command line, run by `/bin/sh -c`. Claude Code runs the tool when a
 /// hook fails in any other way than exit 2 (not found, killed, nonsense on stdout), so
 /// every failure of cc-hook becomes exit 2 here.
-pub fn hook_command(timing: HookTiming) -> String {
+pub fn hook_command(timing: HookTiming, helpers: &Helpers) -> String {
     format!(
-        "{HOOK_INSIDE} --deadline-ms {} || {{ s=$?; [ $s = 2 ] || echo \"Control Center: the hook ended without an answer (status $s); denied\" >&2; exit 2; }}",
+        "{} --deadline-ms {} || {{ s=$?; [ $s = 2 ] || echo \"Control Center: the hook ended without an answer (status $s); denied\" >&2; exit 2; }}",
+        helpers.hook_words(),
         timing.deadline_ms
     )
 }
 
 /// Claude Code's settings for a run: the hooks, the environment the CLI runs with,
 /// and, when the broker has one, the model API key through cc-hook.
-pub fn settings(timing: HookTiming, env: &[(String, String)], model_key: bool) -> Value {
+pub fn settings(timing: HookTiming, env: &[(String, String)], model_key: bool, helpers: &Helpers) -> Value {
     let hook = json!([{
         "type": "command",
-        "command": hook_command(timing),
+        "command": hook_command(timing, helpers),
         "timeout": timing.timeout_seconds,
     }]);
     let pre_tool_use: Vec<Value> = HOOKED.iter().map(|m| json!({ "matcher": m, "hooks": hook })).collect();
@@ -66,7 +107,7 @@ pub fn settings(timing: HookTiming, env: &[(String, String)], model_key: bool) -
         "autoUpdates": false,
     });
     if model_key {
-        settings["apiKeyHelper"] = Value::from(format!("{HOOK_INSIDE} --api-key"));
+        settings["apiKeyHelper"] = Value::from(format!("{} --api-key", helpers.hook_words()));
     }
     settings
 }
@@ -94,8 +135,9 @@ pub const MCP_INSIDE: &str = "/run/cc/mcp";
 
 /// The MCP config: the product's own server and no one else's (`--strict-mcp-config`).
 /// Its tools are `mcp__cc__<tool>` to the agent.
-pub fn mcp_config() -> Value {
-    json!({ "mcpServers": { super::hook::MCP_SERVER_NAME: { "type": "stdio", "command": MCP_INSIDE, "args": [] } } })
+pub fn mcp_config(helpers: &Helpers) -> Value {
+    let args: Vec<&str> = helpers.agent.as_deref().map(|a| vec!["--agent", a]).unwrap_or_default();
+    json!({ "mcpServers": { super::hook::MCP_SERVER_NAME: { "type": "stdio", "command": helpers.mcp, "args": args } } })
 }
 
 /// The CLI's command line for one prompt: print mode, stream-json, no approval prompt
@@ -229,20 +271,41 @@ mod tests {
     fn the_hook_answers_before_claude_code_gives_up_on_it() {
         let t = HookTiming::for_approvals(300_000);
         assert!(t.deadline_ms < t.timeout_seconds * 1000, "{t:?}");
-        let s = settings(t, &environment(Some("http://model.test:9")), true);
-        assert_eq!(s["apiKeyHelper"], format!("{HOOK_INSIDE} --api-key"));
-        assert!(settings(t, &[], false).get("apiKeyHelper").is_none());
+        let inside = Helpers::enveloped();
+        let s = settings(t, &environment(Some("http://model.test:9")), true, &inside);
+        assert_eq!(s["apiKeyHelper"], format!("'{HOOK_INSIDE}' --api-key"));
+        assert!(settings(t, &[], false, &inside).get("apiKeyHelper").is_none());
         let hooks = s["hooks"]["PreToolUse"].as_array().unwrap();
         let matchers: Vec<&str> = hooks.iter().map(|h| h["matcher"].as_str().unwrap()).collect();
         assert_eq!(matchers, HOOKED);
         for h in hooks {
             let command = h["hooks"][0]["command"].as_str().unwrap();
-            assert!(command.starts_with(&format!("{HOOK_INSIDE} --deadline-ms 310000 || ")), "{command}");
+            assert!(command.starts_with(&format!("'{HOOK_INSIDE}' --deadline-ms 310000 || ")), "{command}");
             assert_eq!(h["hooks"][0]["timeout"], 320);
         }
         assert_eq!(s["env"]["ANTHROPIC_BASE_URL"], "http://model.test:9");
         assert_eq!(s["env"]["DISABLE_TELEMETRY"], "1");
         assert!(environment(None).iter().all(|(k, _)| k != "ANTHROPIC_BASE_URL"));
+    }
+
+    #[test]
+    fn on_the_host_the_helpers_are_named_by_path_and_reach_the_socket_itself() {
+        let host = Helpers::on_host(
+            std::path::Path::new("/opt/cc it's/cc-hook"),
+            std::path::Path::new("/opt/cc/cc-mcp"),
+            std::path::Path::new("/d/gateway/runs/r1/agent.sock"),
+        );
+        let command = hook_command(HookTiming::for_approvals(0), &host);
+        assert!(
+            command.starts_with(
+                "'/opt/cc it'\\''s/cc-hook' --agent 'unix:/d/gateway/runs/r1/agent.sock' --deadline-ms 10000 || "
+            ),
+            "{command}"
+        );
+        let mcp = mcp_config(&host);
+        assert_eq!(mcp["mcpServers"]["cc"]["command"], "/opt/cc/cc-mcp");
+        assert_eq!(mcp["mcpServers"]["cc"]["args"], json!(["--agent", "unix:/d/gateway/runs/r1/agent.sock"]));
+        assert_eq!(mcp_config(&Helpers::enveloped())["mcpServers"]["cc"]["args"], json!([]));
     }
 
     #[test]

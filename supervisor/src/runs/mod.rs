@@ -595,7 +595,7 @@ impl RunManager {
     }
 
     pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<LiveRun>, RunError> {
-        if request.adapter != "harness" && request.adapter != prompt::CLAUDE_CODE {
+        if request.adapter != "harness" && !prompt::is_claude_code(&request.adapter) {
             return Err(RunError::UnknownAdapter(request.adapter.chars().take(64).collect()));
         }
         // The network rule is read once, here: a run never changes it. Without an
@@ -630,14 +630,23 @@ impl RunManager {
         .await
         .map_err(|e| RunError::Internal(e.to_string()))??;
         let roots = runner_roots(&paths)?;
-        if request.adapter == prompt::CLAUDE_CODE {
+        if prompt::is_claude_code(&request.adapter) {
             // The agent's settings (its hooks) and MCP config, before anything of the
-            // run can start: read-only in its overlay envelope.
+            // run can start: read-only in its overlay envelope. Without one
+            // (claude-code-nosandbox) the CLI finds our helpers where they are installed.
+            let helpers = if request.adapter == prompt::CLAUDE_CODE_NOSANDBOX {
+                let agent_socket = self.env.data.gateway_run_dir(&id).join(hook::AGENT_SOCKET);
+                let installed = |name| self.env.runner_program.with_file_name(name);
+                claude_code::Helpers::on_host(&installed("cc-hook"), &installed("cc-mcp"), &agent_socket)
+            } else {
+                claude_code::Helpers::enveloped()
+            };
             let timing = claude_code::HookTiming::for_approvals(self.gate().approvals.timeout().as_millis() as u64);
             let claude = &self.config().claude_code;
             let env = claude_code::environment(Some(&claude.base_url));
-            let settings = claude_code::settings(timing, &env, claude.model_key);
-            prompt::write_agent_config(&paths.agent_config, &settings, &claude_code::mcp_config()).map_err(|e| {
+            let settings = claude_code::settings(timing, &env, claude.model_key, &helpers);
+            let mcp = claude_code::mcp_config(&helpers);
+            prompt::write_agent_config(&paths.agent_config, &settings, &mcp).map_err(|e| {
                 RunError::Internal(format!(
                     "cannot write the agent's settings in {}: {e}",
                     paths.agent_config.display()
@@ -756,6 +765,9 @@ impl RunManager {
                 "agent": request.agent,
                 "mode": request.mode.as_str(),
                 "adapter": request.adapter,
+                "envelope": if request.adapter == prompt::CLAUDE_CODE_NOSANDBOX {
+                    "none: the agent runs on the host, unconfined, with the host's environment"
+                } else if self.env.enveloped { "native" } else { "none" },
                 "network": request.network,
                 "limits": self.env.enforcement.describe(),
             }),

@@ -21,8 +21,17 @@ use super::claude_code;
 use super::{RunError, RunManager};
 use crate::ids::RunId;
 
-/// The adapters with an agent to prompt.
+/// The adapters with an agent to prompt: Claude Code in the run's overlay envelope,
 pub const CLAUDE_CODE: &str = "claude-code";
+/// and the same CLI on the host, unconfined, with the host's environment (the
+/// original product's NoSandboxAdapter). Of our layers only its hook (its Bash command
+/// lines and file writes, asked before they run) and the product's MCP tools reach
+/// it: its git uses the person's own configuration and credentials.
+pub const CLAUDE_CODE_NOSANDBOX: &str = "claude-code-nosandbox";
+
+pub fn is_claude_code(adapter: &str) -> bool {
+    adapter == CLAUDE_CODE || adapter == CLAUDE_CODE_NOSANDBOX
+}
 /// The most a prompt may hold.
 pub const MAX_PROMPT_BYTES: usize = 256 * 1024;
 /// A stream-json line longer than this is dropped (and said so): one message of the
@@ -56,14 +65,27 @@ pub fn write_agent_config(dir: &Path, settings: &serde_json::Value, mcp: &serde_
     Ok(())
 }
 
+/// The environment a claude-code-nosandbox launch inherits: the supervisor's own (the
+/// host's). When the run's user is not the supervisor's (a root supervisor runs agents
+/// as its service user), HOME is the agent's home, since the CLI must write there.
+fn host_environment(run: &super::LiveRun) -> std::collections::HashMap<String, String> {
+    let mut env: std::collections::HashMap<String, String> =
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    if run.uid != nix::unistd::geteuid().as_raw() {
+        env.insert("HOME".into(), String::from_utf8_lossy(&run.policy.agent_work).into_owned());
+    }
+    env
+}
+
 type Events = ReceiverStream<Result<pb::PromptRunResponse, Status>>;
 
 impl RunManager {
     pub async fn prompt(&self, run_id: &RunId, prompt: String, timeout_seconds: u32) -> Result<Events, RunError> {
         let run = self.require_live(run_id)?;
-        if run.record.adapter != CLAUDE_CODE {
+        if !is_claude_code(&run.record.adapter) {
             return Err(RunError::NoAgent(run.record.adapter.clone()));
         }
+        let on_host = run.record.adapter == CLAUDE_CODE_NOSANDBOX;
         if prompt.is_empty() || prompt.len() > MAX_PROMPT_BYTES || prompt.contains('\0') {
             return Err(RunError::BadRequest(format!("a prompt must be 1 to {MAX_PROMPT_BYTES} bytes, with no NUL")));
         }
@@ -86,6 +108,7 @@ impl RunManager {
             kind: EnvelopeKind::Overlay as i32,
             argv: argv.into_iter().map(String::into_bytes).collect(),
             timeout_seconds: timeout,
+            host: on_host.then(|| sb::HostLaunch { env: host_environment(&run) }),
         };
         let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
         let deadline = tokio::time::Instant::now() + deadline_after;
@@ -130,7 +153,10 @@ impl RunManager {
                             if std::mem::take(&mut overlong) {
                                 continue;
                             }
-                            for event in claude_code::events(&String::from_utf8_lossy(&line)) {
+                            for mut event in claude_code::events(&String::from_utf8_lossy(&line)) {
+                                if on_host {
+                                    event.payload["unsandboxed"] = serde_json::Value::Bool(true);
+                                }
                                 if event.kind == "agent_init"
                                     && let Some(id) = event.payload["session_id"].as_str().filter(|s| !s.is_empty())
                                 {
@@ -172,11 +198,11 @@ impl RunManager {
                             timed_out: exit.timed_out,
                             truncated: false,
                         };
-                        events.record(
-                            "agent_exited",
-                            &subject,
-                            serde_json::json!({ "code": exit.code, "signal": exit.signal, "timed_out": exit.timed_out }),
-                        );
+                        let mut payload = serde_json::json!({ "code": exit.code, "signal": exit.signal, "timed_out": exit.timed_out });
+                        if on_host {
+                            payload["unsandboxed"] = serde_json::Value::Bool(true);
+                        }
+                        events.record("agent_exited", &subject, payload);
                         send(Event::Exit(exit)).await;
                         return;
                     }

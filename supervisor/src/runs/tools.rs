@@ -374,6 +374,7 @@ impl RunManager {
             kind: EnvelopeKind::HarnessBash as i32,
             argv: vec![b"bash".to_vec(), b"-c".to_vec(), call.command.into_bytes()],
             timeout_seconds: timeout,
+            host: None,
         };
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);

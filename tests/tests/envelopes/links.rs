@@ -29,6 +29,7 @@ async fn refused(client: &mut Client, kind: cc_proto::common::v1::EnvelopeKind) 
         kind: kind as i32,
         argv: vec![b"/bin/true".to_vec()],
         timeout_seconds: 5,
+        host: None,
     };
     match client.launch(request).await {
         Err(status) => status,
@@ -158,6 +159,7 @@ async fn a_directory_swapped_for_a_link_during_launches_is_never_what_gets_mount
             kind: BASH as i32,
             argv: vec![b"/bin/cat".to_vec(), b"/proc/self/mountinfo".to_vec()],
             timeout_seconds: 10,
+            host: None,
         };
         let Ok(stream) = client.launch(request).await else {
             failed += 1;

@@ -225,15 +225,22 @@ fn print_egress(r: &pb::Run) {
 fn print_run(r: &pb::Run) {
     let ended = if r.end_reason.is_empty() { String::new() } else { format!(" ({})", one_line(&r.end_reason)) };
     println!(
-        "{}  {}{}  conversation {}  agent {}  mode {}  runner pid {}",
+        "{}  {}{}  conversation {}  agent {}  adapter {}  mode {}  runner pid {}",
         r.run_id,
         state_name(r.state),
         ended,
         r.conversation_id,
         r.agent,
+        r.adapter,
         super::render::mode_name(r.mode),
         r.runner_pid
     );
+    if r.adapter == "claude-code-nosandbox" {
+        println!(
+            "  NO ENVELOPE: the agent runs on the host, unconfined, with the host's environment; only its hook \
+             (Bash, file writes) and the product's tools are gated (ccctl adapters)"
+        );
+    }
     if let Some(resources) = &r.resources {
         println!("  {}", super::limits::resources_line(resources));
         if r.git_gateway_bridged {
