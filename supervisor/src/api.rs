@@ -356,6 +356,39 @@ impl Sandbox for SupervisorApi {
         Ok(Response::new(pb::GetProbeResponse { backend: probe.backend, detail: probe.detail, limits }))
     }
 
+    async fn list_adapters(
+        &self,
+        _request: Request<pb::ListAdaptersRequest>,
+    ) -> Result<Response<pb::ListAdaptersResponse>, Status> {
+        let mut sandboxd = self.channels.sandboxd().await?;
+        let asked = sandboxd.get_probe(sb::GetProbeRequest {});
+        let probe = self.channels.within(HelperKind::Sandboxd, "GetProbe", asked).await?.into_inner();
+        let native = probe.backend == cc_proto::common::v1::SandboxBackend::Native as i32;
+        let coverage = |c| match c {
+            crate::adapters::Coverage::Yes => pb::Coverage::Yes,
+            crate::adapters::Coverage::Partial => pb::Coverage::Partial,
+            crate::adapters::Coverage::No => pb::Coverage::No,
+        } as i32;
+        let adapters = crate::adapters::matrix(native)
+            .into_iter()
+            .map(|column| pb::AdapterLayers {
+                adapter: column.adapter.into(),
+                description: column.description.into(),
+                layers: column
+                    .cells
+                    .into_iter()
+                    .map(|c| pb::LayerCoverage {
+                        layer: c.layer.into(),
+                        coverage: coverage(c.coverage),
+                        detail: c.detail.into(),
+                        proof: c.proof.into(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListAdaptersResponse { backend: probe.backend, detail: probe.detail, adapters }))
+    }
+
     async fn explain_envelope(
         &self,
         request: Request<pb::ExplainEnvelopeRequest>,

@@ -5,6 +5,7 @@
 //! whole start-up and shutdown sequence; `ccctl`, the client, is the `cc-client` crate.
 #![forbid(unsafe_code)]
 
+pub mod adapters;
 pub mod api;
 pub mod backoff;
 pub mod channels;

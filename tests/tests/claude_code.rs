@@ -100,14 +100,16 @@ fn bash(command: &str) -> Block {
 
 #[test]
 fn bash_calls_are_decided_by_the_gate_before_they_run_and_the_agent_cannot_switch_the_hook_off() {
-    let w = world(
-        vec![
-            vec![bash("git push origin main")],
-            vec![bash("echo made > made-by-agent.txt && tr '\\0' ' ' < /proc/1/cmdline")],
-            vec![text("finished")],
-        ],
-        DENY_MAIN,
+    let w = world(vec![], DENY_MAIN);
+    // The second call also shows what the envelope holds: no model key in the
+    // environment, and no way to the model but the proxy.
+    let inside = format!(
+        "echo made > made-by-agent.txt && tr '\\0' ' ' < /proc/1/cmdline; echo; \
+         echo keys=$(env | grep -c -i -e api_key -e sk-scripted); \
+         curl -s -m 5 --noproxy '*' -o /dev/null http://127.0.0.1:{}/; echo direct=$?",
+        w.model.port
     );
+    w.model.set_turns(vec![vec![bash("git push origin main")], vec![bash(&inside)], vec![text("finished")]]);
     // Settings the agent could have written, in its project and in its home: both
     // would switch every hook off, or allow everything. Neither is read.
     let permissive = json!({
@@ -135,6 +137,8 @@ fn bash_calls_are_decided_by_the_gate_before_they_run_and_the_agent_cannot_switc
     let (ran, is_error) = &results[1];
     // Allowed, it ran inside the envelope: our init is its PID 1.
     assert!(!is_error && ran.contains("/run/cc/init"), "{ran}");
+    assert!(ran.contains("keys=0") && !ran.contains("sk-scripted-key"), "{ran}");
+    assert!(ran.contains("direct=7"), "no route to the model but the proxy: {ran}");
     assert_eq!(std::fs::read_to_string(copy.join("made-by-agent.txt")).unwrap(), "made\n");
     assert!(!w.f.checkout.join("made-by-agent.txt").exists());
 

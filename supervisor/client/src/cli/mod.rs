@@ -110,6 +110,9 @@ enum Command {
     },
     /// The main job: run CMD on a copy of a repository, confined and gated, and exit with its status
     Exec(exec::ExecArgs),
+    /// Which of the product's layers reach each adapter on this host (from the live
+    /// probe), and the test that tries each claim
+    Adapters,
 }
 
 #[derive(Subcommand)]
@@ -483,6 +486,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     render::sandbox_explain(&explained, cli.json);
                 }
             }
+        }
+        Command::Adapters => {
+            let mut client = connect(&socket, &data).await?;
+            let matrix =
+                client.sandbox.list_adapters(pb::ListAdaptersRequest {}).await.map_err(rpc_error)?.into_inner();
+            render::adapters(&matrix, cli.json);
         }
         Command::Policy { action } => gate::policy(connect_gate(&socket, &data).await?, action, cli.json).await?,
         Command::Approvals { action } => gate::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?,

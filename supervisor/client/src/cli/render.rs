@@ -53,6 +53,61 @@ pub fn agent_event(kind: &str, payload: &Value) -> String {
     }
 }
 
+/// `ccctl adapters`: the matrix as a table, then each cell's words and its proof.
+pub fn adapters(m: &pb::ListAdaptersResponse, json: bool) {
+    let word = |c: i32| match pb::Coverage::try_from(c) {
+        Ok(pb::Coverage::Yes) => "yes",
+        Ok(pb::Coverage::Partial) => "partial",
+        Ok(pb::Coverage::No) => "no",
+        _ => "?",
+    };
+    let backend = if m.backend == cc_proto::common::v1::SandboxBackend::Native as i32 { "native" } else { "none" };
+    if json {
+        let adapters: Vec<Value> = m
+            .adapters
+            .iter()
+            .map(|a| {
+                let layers: Vec<Value> = a
+                    .layers
+                    .iter()
+                    .map(|l| json!({ "layer": l.layer, "coverage": word(l.coverage), "detail": l.detail, "proof": l.proof }))
+                    .collect();
+                json!({ "adapter": a.adapter, "description": a.description, "layers": layers })
+            })
+            .collect();
+        print_json(&json!({ "backend": backend, "detail": m.detail, "adapters": adapters }));
+        return;
+    }
+    let mut out = format!("sandbox backend={backend} ({})\n\n{:<30}", one_line(&m.detail), "layer");
+    for a in &m.adapters {
+        out.push_str(&format!("{:<24}", a.adapter));
+    }
+    out.push('\n');
+    let layers: Vec<&str> =
+        m.adapters.first().map(|a| a.layers.iter().map(|l| l.layer.as_str()).collect()).unwrap_or_default();
+    for (i, layer) in layers.iter().enumerate() {
+        out.push_str(&format!("{layer:<30}"));
+        for a in &m.adapters {
+            out.push_str(&format!("{:<24}", a.layers.get(i).map_or("?", |l| word(l.coverage))));
+        }
+        out.push('\n');
+    }
+    for a in &m.adapters {
+        out.push_str(&format!("\n{}: {}\n", a.adapter, a.description));
+        for l in &a.layers {
+            out.push_str(&format!(
+                "  {:<28} {:<8} {}\n  {:<28} proof: {}\n",
+                l.layer,
+                word(l.coverage),
+                l.detail,
+                "",
+                l.proof
+            ));
+        }
+    }
+    print(&out);
+}
+
 fn is_bidi(c: char) -> bool {
     matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
