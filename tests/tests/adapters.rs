@@ -54,3 +54,51 @@ fn without_a_sandbox_backend_no_adapter_claims_an_envelope() {
         }
     }
 }
+
+#[test]
+fn diagnose_probes_a_run_inside_its_envelope_and_says_how_to_verify_each_check() {
+    let f = cc_tests::runs::fixture(None);
+    let run = f.start_run("chat");
+    let out = f.sup.ccctl(&["--json", "diagnose", &run]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "{report}");
+    let checks = report["checks"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["check"].as_str().unwrap()).collect();
+    for expected in [
+        "sandbox backend",
+        "a write outside the run's roots fails",
+        "the environment is clean",
+        "the network goes through the run's proxy and its allowlist",
+        "git remotes are rewritten to the gateway",
+        "the layers that reach adapter harness",
+    ] {
+        assert!(names.contains(&expected), "{expected}: {names:?}");
+    }
+    assert!(names.iter().any(|n| n.starts_with("the registered checkout")), "{names:?}");
+    for check in checks {
+        assert_eq!(check["ok"], true, "{check}");
+        assert!(!check["verify"].as_str().unwrap().is_empty(), "{check}");
+    }
+    assert!(!f.checkout.join(".cc-diagnose").exists());
+
+    // Each verify line is a command that, run by hand, shows the same.
+    let verify = checks.iter().find(|c| c["check"] == "git remotes are rewritten to the gateway").unwrap();
+    let words = shlex::split(verify["verify"].as_str().unwrap()).unwrap();
+    assert_eq!(&words[..2], ["ccctl", "tool"]);
+    let by_hand = f.sup.ccctl(&words[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(String::from_utf8_lossy(&by_hand.stdout).contains("127.0.0.1:41418"));
+}
+
+#[test]
+fn diagnose_fails_when_there_is_no_envelope() {
+    let f =
+        cc_tests::runs::fixture_with(Options { args: vec!["--sandbox".into(), "off".into()], ..Default::default() });
+    let run = f.start_run("chat");
+    let out = f.sup.ccctl(&["diagnose", &run]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.starts_with("FAIL  sandbox backend: none"), "{text}");
+    // Without an envelope nothing bridges the gateway in, and diagnose says so.
+    assert!(text.contains("FAIL  git remotes are rewritten to the gateway"), "{text}");
+    assert!(String::from_utf8_lossy(&out.stderr).trim().ends_with("failed"), "{text}");
+}

@@ -1,6 +1,7 @@
 //! `ccctl`, the command-line client. Every command has `--help` and `--json`; every
 //! error is one line, `ccctl: …`, with a non-zero exit code.
 
+mod diagnose;
 mod exec;
 mod gate;
 mod limits;
@@ -113,6 +114,13 @@ enum Command {
     /// Which of the product's layers reach each adapter on this host (from the live
     /// probe), and the test that tries each claim
     Adapters,
+    /// The checks a person can verify by hand, each with the command that verifies
+    /// it: the host's, and with a run's id, probes inside that run's envelope (exits 1
+    /// when one fails)
+    Diagnose {
+        /// A live run to probe
+        run: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -487,6 +495,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Diagnose { run } => diagnose::diagnose(connect(&socket, &data).await?, run, cli.json).await?,
         Command::Adapters => {
             let mut client = connect(&socket, &data).await?;
             let matrix =
