@@ -378,3 +378,27 @@ fn without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so()
     let show = String::from_utf8_lossy(&host.f.sup.ccctl(&["run", "show", &host.run]).stdout).into_owned();
     assert!(show.contains("NO ENVELOPE"), "{show}");
 }
+
+#[test]
+fn exec_gives_its_command_to_a_claude_code_run_as_the_prompt() {
+    let w = world(vec![vec![bash("echo from-exec > exec.txt && cat exec.txt")], vec![text("all done")]], "");
+    let out = w.f.sup.ccctl(&[
+        "exec",
+        "--repo",
+        w.f.checkout.to_str().unwrap(),
+        "--worktree-backend",
+        "copy",
+        "--adapter",
+        "claude-code",
+        "--",
+        "make",
+        "a file",
+    ]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("<- from-exec") && text.contains("success: 2 turns"), "{text}");
+    // Its prompt was the command's words; its work stayed in a copy, removed after.
+    let first = &w.model.turns()[0]["messages"][0]["content"];
+    assert!(first.to_string().contains("make a file"), "{first}");
+    assert!(!w.f.checkout.join("exec.txt").exists());
+}

@@ -1,6 +1,7 @@
 //! `ccctl exec`: the one-shot main job. A supervisor (the running one, or one started
 //! for this command and stopped after it), the repository registered, a conversation
-//! provisioned, a harness run started, CMD through the run's bash tool, and everything
+//! provisioned, a harness run started, CMD through the run's bash tool (or, with
+//! `--adapter claude-code`, a claude-code run given CMD as its prompt), and everything
 //! but the registered checkout removed again. The exit status is CMD's; a denial is
 //! [`runs::EXIT_DENIED`].
 
@@ -36,9 +37,14 @@ pub struct ExecArgs {
     repo: PathBuf,
     #[arg(long, value_enum, default_value = "chat")]
     mode: ModeArg,
-    /// `on`: through the run's proxies, to its allowlist (`[egress]`); needs an envelope
-    #[arg(long, value_enum, default_value = "off")]
-    network: Network,
+    /// `on`: through the run's proxies, to its allowlist (`[egress]`) [default: off for
+    /// harness, on for claude-code, whose agent must reach its model]
+    #[arg(long, value_enum)]
+    network: Option<Network>,
+    /// harness: CMD runs in the run's bash; claude-code (or claude-code-nosandbox): CMD
+    /// is the prompt, and the agent works on it in the run until it answers
+    #[arg(long, default_value = "harness", value_parser = ["harness", "claude-code", "claude-code-nosandbox"])]
+    adapter: String,
     /// reflink (default; refuses a filesystem that cannot reflink), copy (a full byte
     /// copy, for ext4 and the like), or git-worktree
     #[arg(long, default_value = "reflink", value_parser = ["reflink", "copy", "git-worktree"])]
@@ -197,12 +203,27 @@ async fn main_job(
         conversation_id: conversation.conversation_id,
         agent: "default".into(),
         mode: args.mode.wire(),
-        adapter: "harness".into(),
-        network: args.network == Network::On,
+        adapter: args.adapter.clone(),
+        network: args.network.unwrap_or(if args.adapter == "harness" { Network::Off } else { Network::On })
+            == Network::On,
         limits: args.limits.to_proto(),
     };
     let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
     made.run = Some(run.run_id.clone());
+    if args.adapter != "harness" {
+        let prompt = pb::PromptRunRequest {
+            run_id: run.run_id.clone(),
+            prompt: args.command.join(" "),
+            timeout_seconds: args.timeout,
+        };
+        let outcome = tokio::select! {
+            stream = runs_client.prompt_run(prompt) => {
+                runs::follow_prompt(stream.map_err(rpc_error)?.into_inner(), false).await?
+            }
+            _ = tokio::signal::ctrl_c() => return Err(ExitWith::error(EXIT_INTERRUPTED, "interrupted: the agent was stopped")),
+        };
+        return outcome.status();
+    }
     let line = runs::command_line(&args.command)?;
     let outcome = tokio::select! {
         outcome = runs::bash(runs_client, &run.run_id, line, args.timeout) => outcome?,

@@ -318,7 +318,10 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
 }
 
 /// Prints a prompt's steps as they come (JSON lines with `--json`); its exit.
-async fn follow_prompt(mut stream: tonic::Streaming<pb::PromptRunResponse>, json: bool) -> anyhow::Result<BashOutcome> {
+pub(super) async fn follow_prompt(
+    mut stream: tonic::Streaming<pb::PromptRunResponse>,
+    json: bool,
+) -> anyhow::Result<BashOutcome> {
     use cc_proto::supervisor::v1::prompt_run_response::Event as Step;
     let mut exit = None;
     while let Some(next) = stream.next().await {
