@@ -104,6 +104,16 @@ impl GitHubApi {
         self.state.lock().unwrap().writes.clone()
     }
 
+    /// A token that may write the repositories' issues, issued outside the App flow.
+    pub fn grant_issues(&self, repositories: &[&str]) -> String {
+        let token = new_token();
+        let mut permissions = serde_json::Map::new();
+        permissions.insert("issues".into(), "write".into());
+        let repositories = repositories.iter().map(|r| (*r).to_owned()).collect();
+        self.state.lock().unwrap().tokens.insert(token.clone(), Token { repositories, permissions, revoked: false });
+        token
+    }
+
     /// The next `n` revokes answer 502, as in an outage.
     pub fn fail_revokes(&self, n: u32) {
         self.state.lock().unwrap().fail_revokes = n;
