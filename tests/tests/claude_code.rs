@@ -150,6 +150,12 @@ fn bash_calls_are_decided_by_the_gate_before_they_run_and_the_agent_cannot_switc
     assert!(events.contains("git push origin main"), "the denied push is an event");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("-> Bash") && text.contains("success: 3 turns"), "{text}");
+    // ccctl run events: the run's own events, its agent's steps as a prompt shows them.
+    let events = w.f.sup.ccctl(&["run", "events", &w.run]);
+    let listed = String::from_utf8_lossy(&events.stdout);
+    assert!(listed.contains("-> Bash git push") || listed.contains("-> Bash {"), "{listed}");
+    assert!(listed.contains("gate_decision") && listed.contains("success: 3 turns"), "{listed}");
+    assert!(!listed.contains("supervisor_started"), "only the run's: {listed}");
 }
 
 #[test]

@@ -505,6 +505,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy { action } => gate::policy(connect_gate(&socket, &data).await?, action, cli.json).await?,
         Command::Approvals { action } => gate::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?,
         Command::Tools(args) => gate::tools(connect_gate(&socket, &data).await?, args, cli.json).await?,
+        Command::Run { action: runs::RunAction::Events { id, follow } } => {
+            let mut stream = connect(&socket, &data)
+                .await?
+                .system
+                .watch_events(pb::WatchEventsRequest { since: 0, follow })
+                .await
+                .map_err(rpc_error)?
+                .into_inner();
+            let subject = format!("run:{id}");
+            while let Some(event) = stream.next().await {
+                match event.map_err(rpc_error)?.event {
+                    Some(e) if e.subject == subject => render::run_event(&e, cli.json),
+                    _ => {}
+                }
+            }
+        }
         Command::Run { action } => runs::run(connect_runs(&socket, &data).await?, action, cli.json).await?,
         Command::Tool { run, action } => runs::tool(connect_runs(&socket, &data).await?, run, action, cli.json).await?,
         Command::Exec(args) => {

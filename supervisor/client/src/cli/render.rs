@@ -294,6 +294,16 @@ pub fn event(e: &Event, json: bool) {
     ));
 }
 
+/// One of a run's events: an agent's step as `ccctl run prompt` shows it, anything
+/// else as `ccctl events` does.
+pub fn run_event(e: &Event, json: bool) {
+    if json || !e.kind.starts_with("agent_") || e.kind == "agent_exited" {
+        return event(e, json);
+    }
+    let payload: Value = serde_json::from_str(&e.payload_json).unwrap_or(Value::Null);
+    print(&format!("{:>6}  {}  {}\n", e.id, time(e.create_time.as_ref()), agent_event(&e.kind, &payload)));
+}
+
 pub fn installed(unit: &Unit, dry_run: bool, json: bool) {
     if json {
         return print_json(&json!({

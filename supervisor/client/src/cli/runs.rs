@@ -64,6 +64,14 @@ pub enum RunAction {
     Credentials { id: String },
     /// Stop a run: everything of it is killed
     Stop { id: String },
+    /// A run's events, oldest first: its agent's steps (agent_*), its gate decisions,
+    /// egress refusals, violations
+    Events {
+        id: String,
+        /// Keep running and print new events as they are recorded
+        #[arg(long)]
+        follow: bool,
+    },
     /// Give a claude-code run's agent a prompt and follow its steps until it answers
     /// (a later prompt continues the same session)
     Prompt {
@@ -295,6 +303,8 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
                 print_egress(&run);
             }
         }
+        // Served from the event log by the caller, which holds the System client.
+        RunAction::Events { .. } => return Err(anyhow!("ccctl run events needs the event log's client")),
         RunAction::Prompt { id, prompt, timeout } => {
             let request = pb::PromptRunRequest { run_id: id, prompt, timeout_seconds: timeout };
             let stream = client.prompt_run(request).await.map_err(rpc_error)?.into_inner();
