@@ -461,6 +461,21 @@ impl Config {
         if runs.bash_output_cap_bytes == 0 {
             return Err("[runs]: bash_output_cap_bytes must be positive".into());
         }
+        let claude = &runs.claude_code;
+        if claude.program.is_empty() || claude.program.contains('\0') {
+            return Err("[runs.claude_code]: program must name the claude CLI".into());
+        }
+        if claude.prompt_timeout_seconds == 0 || claude.prompt_max_timeout_seconds < claude.prompt_timeout_seconds {
+            return Err("[runs.claude_code]: need 0 < prompt_timeout_seconds <= prompt_max_timeout_seconds".into());
+        }
+        for (key, url) in
+            [("[runs.claude_code] base_url", &claude.base_url), ("[runs] github_api_url", &runs.github_api_url)]
+        {
+            let empty_allowed = key.ends_with("base_url");
+            if !(url.starts_with("https://") || url.starts_with("http://") || (empty_allowed && url.is_empty())) {
+                return Err(format!("{key} {url:?} is not an http(s) URL"));
+            }
+        }
         if r.healthy_after_ms <= r.ready_timeout_ms {
             return Err("[restart]: healthy_after_ms must be longer than ready_timeout_ms, or no helper would ever be reported failed".into());
         }
@@ -535,6 +550,11 @@ mod tests {
             ("[deadlines]\nhealth_misses = 0\n", "[deadlines]"),
             ("[runs.limits]\npids_max = 3\n", "pids_max"),
             ("[runs.limits]\ncpu_weight = 0\n", "cpu_weight"),
+            ("[runs.claude_code]\nprogram = \"\"\n", "program"),
+            ("[runs.claude_code]\nprompt_timeout_seconds = 0\n", "prompt_timeout_seconds"),
+            ("[runs.claude_code]\nbase_url = \"model.example\"\n", "base_url"),
+            ("[runs]\ngithub_api_url = \"\"\n", "github_api_url"),
+            ("[runs.claude_code]\nmodel_key = true\n", "model_key"),
         ] {
             let err = Config::parse(text).unwrap_err();
             assert!(err.contains(needle), "{text:?} → {err}");
