@@ -94,6 +94,21 @@ impl std::str::FromStr for Address {
     }
 }
 
+/// A client of the run's agent socket at `address`.
+pub async fn agent_client(
+    address: &Address,
+) -> Result<cc_proto::agent::v1::agent_gate_client::AgentGateClient<tonic::transport::Channel>, String> {
+    let channel = match address {
+        Address::Tcp(url) => tonic::transport::Endpoint::from_shared(url.clone())
+            .map_err(|e| e.to_string())?
+            .connect()
+            .await
+            .map_err(|e| format!("cannot reach the run's agent socket at {url}: {e}"))?,
+        Address::Unix(path) => cc_proto::client::connect(path).await.map_err(|e| e.to_string())?,
+    };
+    Ok(cc_proto::agent::v1::agent_gate_client::AgentGateClient::new(channel))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@
 //! The protocol is `rmcp`'s; this module is the tools and the answers they give.
 
 use cc_proto::agent::v1 as ag;
-use cc_proto::agent::v1::agent_gate_client::AgentGateClient;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ProtocolVersion, ServerCapabilities, ServerConfig};
@@ -99,16 +98,9 @@ impl ProductTools {
 
     async fn call(&self, call: ag::product_tool_call::Call) -> CallToolResult {
         let asked = async {
-            let channel = match &self.agent {
-                Address::Tcp(url) => tonic::transport::Endpoint::from_shared(url.clone())
-                    .map_err(|e| e.to_string())?
-                    .connect()
-                    .await
-                    .map_err(|e| format!("cannot reach the run's agent socket: {e}"))?,
-                Address::Unix(path) => cc_proto::client::connect(path).await.map_err(|e| e.to_string())?,
-            };
+            let mut gate = crate::hook::agent_client(&self.agent).await?;
             let request = ag::CallProductToolRequest { call: Some(ag::ProductToolCall { call: Some(call) }) };
-            let response = AgentGateClient::new(channel)
+            let response = gate
                 .call_product_tool(request)
                 .await
                 .map_err(|s| format!("the run's gate did not answer: {}", s.message()))?;

@@ -343,15 +343,22 @@ impl ConversationsRpc for SupervisorApi {
     }
 }
 
+impl SupervisorApi {
+    /// What sandboxd's probe found when it started.
+    async fn sandbox_probe(&self) -> Result<sb::GetProbeResponse, Status> {
+        let mut sandboxd = self.channels.sandboxd().await?;
+        let asked = sandboxd.get_probe(sb::GetProbeRequest {});
+        Ok(self.channels.within(HelperKind::Sandboxd, "GetProbe", asked).await?.into_inner())
+    }
+}
+
 #[tonic::async_trait]
 impl Sandbox for SupervisorApi {
     async fn get_probe(
         &self,
         _request: Request<pb::GetProbeRequest>,
     ) -> Result<Response<pb::GetProbeResponse>, Status> {
-        let mut sandboxd = self.channels.sandboxd().await?;
-        let asked = sandboxd.get_probe(sb::GetProbeRequest {});
-        let probe = self.channels.within(HelperKind::Sandboxd, "GetProbe", asked).await?.into_inner();
+        let probe = self.sandbox_probe().await?;
         let limits = self.runs.enforcement().describe();
         Ok(Response::new(pb::GetProbeResponse { backend: probe.backend, detail: probe.detail, limits }))
     }
@@ -360,9 +367,7 @@ impl Sandbox for SupervisorApi {
         &self,
         _request: Request<pb::ListAdaptersRequest>,
     ) -> Result<Response<pb::ListAdaptersResponse>, Status> {
-        let mut sandboxd = self.channels.sandboxd().await?;
-        let asked = sandboxd.get_probe(sb::GetProbeRequest {});
-        let probe = self.channels.within(HelperKind::Sandboxd, "GetProbe", asked).await?.into_inner();
+        let probe = self.sandbox_probe().await?;
         let native = probe.backend == cc_proto::common::v1::SandboxBackend::Native as i32;
         let coverage = |c| match c {
             crate::adapters::Coverage::Yes => pb::Coverage::Yes,

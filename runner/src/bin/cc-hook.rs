@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use cc_proto::agent::v1::DecideToolUseRequest;
-use cc_proto::agent::v1::agent_gate_client::AgentGateClient;
 use cc_proto::common::v1::Decision;
 use cc_runner::hook::{self, Address, BLOCK};
 
@@ -50,20 +49,8 @@ fn options() -> Result<Options, String> {
     Ok(Options { agent, deadline, api_key })
 }
 
-async fn connect(agent: &Address) -> Result<AgentGateClient<tonic::transport::Channel>, String> {
-    let channel = match agent {
-        Address::Tcp(url) => tonic::transport::Endpoint::from_shared(url.clone())
-            .map_err(|e| e.to_string())?
-            .connect()
-            .await
-            .map_err(|e| format!("cannot reach the run's agent socket at {url}: {e}"))?,
-        Address::Unix(path) => cc_proto::client::connect(path).await.map_err(|e| e.to_string())?,
-    };
-    Ok(AgentGateClient::new(channel))
-}
-
 async fn ask(agent: Address, tool_use: cc_proto::agent::v1::ToolUse) -> Result<(bool, String), String> {
-    let mut gate = connect(&agent).await?;
+    let mut gate = hook::agent_client(&agent).await?;
     let answer = gate
         .decide_tool_use(DecideToolUseRequest { tool_use: Some(tool_use) })
         .await
@@ -75,7 +62,7 @@ async fn ask(agent: Address, tool_use: cc_proto::agent::v1::ToolUse) -> Result<(
 /// `--api-key`: the key on stdout, or exit 1 with why on stderr.
 fn print_api_key(options: Options) -> ExitCode {
     let fetch = async {
-        let mut gate = connect(&options.agent).await?;
+        let mut gate = hook::agent_client(&options.agent).await?;
         let call = gate.get_model_key(cc_proto::agent::v1::GetModelKeyRequest {});
         match tokio::time::timeout(options.deadline, call).await {
             Ok(Ok(r)) => Ok(r.into_inner().api_key),

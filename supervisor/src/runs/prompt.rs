@@ -39,6 +39,10 @@ pub const MAX_PROMPT_BYTES: usize = 256 * 1024;
 const MAX_LINE_BYTES: usize = 8 << 20;
 /// The agent's error output passed on, at most; the rest is dropped.
 const MAX_STDERR_BYTES: u64 = 1 << 20;
+/// The events one prompt records at most: an agent that loops for hours must not fill
+/// the event log. Past it one `agent_events_suppressed` says so; its steps still
+/// stream to the client.
+const MAX_EVENTS_PER_PROMPT: u32 = 10_000;
 
 /// The run's agent session: the session id its first prompt began, held locked while
 /// a prompt runs.
@@ -115,15 +119,22 @@ impl RunManager {
         let mut launched = self.launch(&run, request, "claude-code").await?;
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);
-        let (tx, rx) = mpsc::channel(64);
+        // Room for bursts of a reading client; at most 256 events of at most 16 KiB held.
+        let (tx, rx) = mpsc::channel(256);
         tokio::spawn(async move {
+            // A client that stops reading must not stall the agent: its steps are in the
+            // event log either way, so what it does not take in time is dropped for it.
+            // The last message, the exit, waits for it up to the deadline.
             let send = |event| {
                 let tx = tx.clone();
-                async move { tx.send(Ok(pb::PromptRunResponse { event: Some(event) })).await.is_ok() }
+                async move {
+                    let _ = tx.try_send(Ok(pb::PromptRunResponse { event: Some(event) }));
+                }
             };
             let mut pending: Vec<u8> = Vec::new();
             let mut overlong = false;
             let mut stderr_sent = 0u64;
+            let mut recorded = 0u32;
             loop {
                 let next = tokio::select! {
                     next = launched.next() => next,
@@ -162,7 +173,13 @@ impl RunManager {
                                 {
                                     *session = Some(id.to_owned());
                                 }
-                                events.record(event.kind, &subject, event.payload.clone());
+                                recorded += 1;
+                                if recorded <= MAX_EVENTS_PER_PROMPT {
+                                    events.record(event.kind, &subject, event.payload.clone());
+                                } else if recorded == MAX_EVENTS_PER_PROMPT + 1 {
+                                    let note = serde_json::json!({ "after": MAX_EVENTS_PER_PROMPT });
+                                    events.record("agent_events_suppressed", &subject, note);
+                                }
                                 let payload_json = event.payload.to_string();
                                 send(Event::AgentEvent(pb::AgentEvent { kind: event.kind.into(), payload_json })).await;
                             }
@@ -203,7 +220,8 @@ impl RunManager {
                             payload["unsandboxed"] = serde_json::Value::Bool(true);
                         }
                         events.record("agent_exited", &subject, payload);
-                        send(Event::Exit(exit)).await;
+                        let last = tx.send(Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
+                        let _ = tokio::time::timeout_at(deadline, last).await;
                         return;
                     }
                     Some(Ok(_)) => {}
