@@ -190,7 +190,8 @@ pub fn matrix(native: bool) -> Vec<Column> {
             cell(
                 "gated_shell_commands",
                 Partial,
-                "its Bash calls go to the hook (by the words of the command line only)",
+                "its Bash calls go to the hook; nothing stops it from rewriting its own settings, hooks \
+                 included, for its next prompt",
                 nosandbox_proof,
             ),
             cell("os_envelope", No, "none, on purpose", nosandbox_proof),

@@ -36,13 +36,20 @@ fn world(turns: Vec<Vec<Block>>, rules: &str) -> World {
 /// [`world`] with more configuration, and a repository linked to the workspace
 /// before the run starts.
 fn world_with(turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&str>) -> World {
-    world_of("claude-code", turns, rules, config, link)
+    world_of("claude-code", turns, rules, config, link, &[])
 }
 
 /// A world whose run has `adapter`. A claude-code run reaches its model through its
 /// proxy by a name the proxy resolves; a claude-code-nosandbox run, on the host, at
 /// the model's loopback address.
-fn world_of(adapter: &str, turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&str>) -> World {
+fn world_of(
+    adapter: &str,
+    turns: Vec<Vec<Block>>,
+    rules: &str,
+    config: &str,
+    link: Option<&str>,
+    args: &[&str],
+) -> World {
     assert!(
         Command::new("claude").arg("--version").output().is_ok_and(|o| o.status.success()),
         "the claude CLI is not installed (.ci/run installs it from the npm registry)"
@@ -64,7 +71,8 @@ fn world_of(adapter: &str, turns: Vec<Vec<Block>>, rules: &str, config: &str, li
         rules_path.display(),
         key.display()
     );
-    let f = fixture_with(Options { config: Some(config), ..Default::default() });
+    let args = args.iter().map(|a| (*a).to_owned()).collect();
+    let f = fixture_with(Options { config: Some(config), args, ..Default::default() });
     if let Some(repository) = link {
         assert!(f.sup.ccctl(&["workspace", "link-repo", "default", repository]).status.success());
     }
@@ -366,7 +374,7 @@ fn without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so()
     assert!(native.results()[0].1, "in the envelope the path does not exist: {:?}", native.results());
     assert!(!target.exists());
 
-    let host = world_of("claude-code-nosandbox", vec![], DENY_MAIN, "", None);
+    let host = world_of("claude-code-nosandbox", vec![], DENY_MAIN, "", None, &[]);
     let target = host.f.outside(&[]).join("escaped.txt");
     host.model.set_turns(vec![script(&target).remove(0), vec![bash("git push origin main")], vec![text("done")]]);
     let out = host.prompt("write it, push it");
@@ -407,4 +415,24 @@ fn exec_gives_its_command_to_a_claude_code_run_as_the_prompt() {
     let first = &w.model.turns()[0]["messages"][0]["content"];
     assert!(first.to_string().contains("make a file"), "{first}");
     assert!(!w.f.checkout.join("exec.txt").exists());
+}
+
+#[test]
+fn on_a_host_without_a_backend_claude_code_still_asks_its_hook_and_reaches_its_model_by_the_proxy() {
+    // No envelope: the CLI runs unwrapped, with the run's loopback proxies behind their
+    // credential, and finds cc-hook where it is installed.
+    let w = world_of(
+        "claude-code",
+        vec![vec![bash("git push origin main")], vec![bash("echo unwrapped > u.txt")], vec![text("done")]],
+        DENY_MAIN,
+        "",
+        None,
+        &["--sandbox", "off"],
+    );
+    let out = w.prompt("push, then write");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let results = w.results();
+    assert!(results[0].1 && results[0].0.contains("direct pushes to main are not allowed"), "{results:?}");
+    assert!(!results[1].1, "{results:?}");
+    assert_eq!(std::fs::read_to_string(w.f.copy().join("u.txt")).unwrap(), "unwrapped\n");
 }

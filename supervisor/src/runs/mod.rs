@@ -632,9 +632,10 @@ impl RunManager {
         let roots = runner_roots(&paths)?;
         if prompt::is_claude_code(&request.adapter) {
             // The agent's settings (its hooks) and MCP config, before anything of the
-            // run can start: read-only in its overlay envelope. Without one
-            // (claude-code-nosandbox) the CLI finds our helpers where they are installed.
-            let helpers = if request.adapter == prompt::CLAUDE_CODE_NOSANDBOX {
+            // run can start: read-only in its overlay envelope. Without one (on purpose,
+            // or on a host with no backend) the CLI finds our helpers where they are
+            // installed, and they reach the agent socket itself.
+            let helpers = if request.adapter == prompt::CLAUDE_CODE_NOSANDBOX || !self.env.enveloped {
                 let agent_socket = self.env.data.gateway_run_dir(&id).join(hook::AGENT_SOCKET);
                 let installed = |name| self.env.runner_program.with_file_name(name);
                 claude_code::Helpers::on_host(&installed("cc-hook"), &installed("cc-mcp"), &agent_socket)
