@@ -349,9 +349,12 @@ impl Launcher {
         })
     }
 
+    /// Launches `request`; with `stdin`, the process's standard input is what comes
+    /// on it, closed when it ends.
     pub async fn launch(
         self: Arc<Self>,
         request: pb::LaunchRequest,
+        stdin: Option<mpsc::Receiver<Vec<u8>>>,
     ) -> Result<ReceiverStream<Result<pb::LaunchResponse, Status>>, LaunchError> {
         if request.kind == EnvelopeKind::Runner as i32 {
             return Err(LaunchError::BadRequest(
@@ -381,9 +384,11 @@ impl Launcher {
         // A launch is counted as the run's as soon as its process exists, so that an
         // unregistration from then on kills it; one served ahead is counted before its
         // command is given.
-        let (mut child, group) = match wrapping {
+        let interactive = stdin.is_some();
+        let (mut child, group, input) = match wrapping {
             Wrapping::Bubblewrap(envelope, key, bound) => {
-                let warm = match self.runs.take_warm(&run_id, p.kind) {
+                // An envelope made ahead reads its command on stdin: never an interactive one.
+                let warm = match self.runs.take_warm(&run_id, p.kind).filter(|_| !interactive) {
                     Some(made) => tokio::time::timeout(WARM_WAIT, made).await.ok().and_then(Result::ok),
                     None => None,
                 };
@@ -391,30 +396,50 @@ impl Launcher {
                 match warm.and_then(|w| w.serving(&key)) {
                     Some(warm) => {
                         self.runs.add_or_refuse(&run_id, warm.group())?;
-                        warm.hand_off(&envelope.command)
+                        let (child, group) = warm.hand_off(&envelope.command);
+                        (child, group, None)
                     }
                     None => {
-                        let command = spawn::Command::Now(&envelope.command);
+                        let command = if interactive {
+                            spawn::Command::Interactive(&envelope.command)
+                        } else {
+                            spawn::Command::Now(&envelope.command)
+                        };
                         let user = service_user(&p.policy);
                         let cgroup = &p.policy.limits.cgroup_procs;
                         let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user, cgroup)
                             .map_err(LaunchError::CannotStart)?;
                         self.runs.add_or_refuse(&run_id, s.group)?;
-                        (s.child, s.group)
+                        (s.child, s.group, s.command_pipe)
                     }
                 }
             }
             Wrapping::SandboxExec(args) => {
                 let mut c = tokio::process::Command::new(self.program()?);
                 c.args(&args);
-                self.spawn_plain(c, &p, &run_id)?
+                let (mut child, group) = self.spawn_plain(c, &p, &run_id, interactive)?;
+                let input = child.stdin.take();
+                (child, group, input)
             }
             Wrapping::Unwrapped => {
                 let mut c = tokio::process::Command::new(&p.argv[0]);
                 c.args(&p.argv[1..]);
-                self.spawn_plain(c, &p, &run_id)?
+                let (mut child, group) = self.spawn_plain(c, &p, &run_id, interactive)?;
+                let input = child.stdin.take();
+                (child, group, input)
             }
         };
+        // The caller's input, as it comes; its end closes the process's stdin.
+        if let (Some(mut feed), Some(mut input)) = (stdin, input) {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                while let Some(chunk) = feed.recv().await {
+                    if input.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
         let (tx, rx) = mpsc::channel(64);
         let runs = self.runs.clone();
         let next = bubblewrap.then(|| (self.clone(), p.policy.clone(), p.kind));
@@ -495,6 +520,7 @@ impl Launcher {
         mut c: tokio::process::Command,
         p: &Prepared,
         run_id: &str,
+        interactive: bool,
     ) -> Result<(tokio::process::Child, u32), LaunchError> {
         c.env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
         let cgroup = cc_host::cgroup::open_procs(&p.policy.limits.cgroup_procs).map_err(LaunchError::CannotStart)?;
@@ -502,7 +528,8 @@ impl Launcher {
         if let Some(user) = service_user(&p.policy) {
             c.uid(user.uid).gid(user.gid);
         }
-        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+        let stdin = if interactive { Stdio::piped() } else { Stdio::null() };
+        c.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
         let child = c.spawn().map_err(LaunchError::CannotStart)?;
         let group = child.id().unwrap_or(0);
         self.runs.add_or_refuse(run_id, group)?;

@@ -142,8 +142,50 @@ impl Sandboxd for SandboxdService {
     type LaunchStream = ReceiverStream<Result<pb::LaunchResponse, Status>>;
 
     async fn launch(&self, request: Request<pb::LaunchRequest>) -> Result<Response<Self::LaunchStream>, Status> {
-        let stream = self.launcher.clone().launch(request.into_inner()).await?;
+        let stream = self.launcher.clone().launch(request.into_inner(), None).await?;
         Ok(Response::new(stream))
+    }
+
+    type LaunchInteractiveStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::LaunchInteractiveResponse, Status>> + Send + 'static>,
+    >;
+
+    async fn launch_interactive(
+        &self,
+        request: Request<tonic::Streaming<pb::LaunchInteractiveRequest>>,
+    ) -> Result<Response<Self::LaunchInteractiveStream>, Status> {
+        use pb::launch_interactive_request::Input;
+        use tokio_stream::StreamExt;
+        let mut inputs = request.into_inner();
+        // The launch comes first, and soon: a caller that sends nothing holds nothing.
+        let first = tokio::time::timeout(std::time::Duration::from_secs(10), inputs.next())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no launch within 10 s of the call"))?;
+        let launch = match first {
+            Some(Ok(pb::LaunchInteractiveRequest { input: Some(Input::Launch(launch)) })) => launch,
+            Some(Err(status)) => return Err(status),
+            _ => return Err(Status::invalid_argument("an interactive launch starts with the launch itself")),
+        };
+        // A few chunks in flight: a caller that writes faster than the process reads
+        // waits, as a pipe makes a writer wait.
+        let (feed, stdin) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = inputs.next().await {
+                match message.input {
+                    Some(Input::Stdin(bytes)) => {
+                        if feed.send(bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Closing: dropping the sender ends the process's input.
+                    Some(Input::CloseStdin(_)) => return,
+                    Some(Input::Launch(_)) | None => {}
+                }
+            }
+        });
+        let events = self.launcher.clone().launch(launch, Some(stdin)).await?;
+        let events = events.map(|event| event.map(|e| pb::LaunchInteractiveResponse { event: Some(e) }));
+        Ok(Response::new(Box::pin(events)))
     }
 
     async fn explain_envelope(

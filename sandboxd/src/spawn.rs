@@ -56,13 +56,17 @@ pub enum Command<'a> {
     /// Later, on its stdin ([`crate::init`]'s `--command-stdin`): the envelope is set
     /// up now and waits.
     Later,
+    /// On its command line, with its stdin a pipe the caller feeds (the command
+    /// inherits it from our init): [`Started::command_pipe`].
+    Interactive(&'a [OsString]),
 }
 
 pub struct Started {
     pub child: Child,
     /// bubblewrap's process group (it is its leader), which a kill of the run signals.
     pub group: u32,
-    /// Where a [`Command::Later`] envelope's command is to be written.
+    /// Where a [`Command::Later`] envelope's command is to be written, or a
+    /// [`Command::Interactive`] command's input.
     pub command_pipe: Option<ChildStdin>,
 }
 
@@ -85,9 +89,9 @@ pub fn bubblewrap(
     let (options_read, options_write) = std::io::pipe()?;
     let mut c = tokio::process::Command::new(program);
     c.args(["--args", "3", "--"]).args(&envelope.init);
-    let later = matches!(command, Command::Later);
+    let piped = matches!(command, Command::Later | Command::Interactive(_));
     match command {
-        Command::Now(argv) => c.arg("--").args(argv),
+        Command::Now(argv) | Command::Interactive(argv) => c.arg("--").args(argv),
         Command::Later => c.arg("--command-stdin"),
     };
     // Into the run's cgroup before bubblewrap execs: all it starts is counted there.
@@ -106,7 +110,7 @@ pub fn bubblewrap(
     if let Some(cc_host::ServiceUser { uid, gid }) = user {
         c.uid(uid).gid(gid);
     }
-    let stdin = if later { Stdio::piped() } else { Stdio::null() };
+    let stdin = if piped { Stdio::piped() } else { Stdio::null() };
     c.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
     let mut child = c.spawn()?;
     // Our copies of the read end and of the bound descriptors go with the command:
