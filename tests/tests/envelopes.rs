@@ -963,11 +963,7 @@ async fn an_interactive_launch_reads_the_callers_input_and_dies_with_the_caller(
     tx.send(interactive("echo started; exec sleep 1051")).await.unwrap();
     let mut events =
         client.launch_interactive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-    while let Some(e) = events.next().await {
-        if matches!(e.unwrap().event.and_then(|e| e.event), Some(Event::Stdout(ref b)) if b.starts_with(b"started")) {
-            break;
-        }
-    }
+    until_started(&mut events).await;
     assert!(host_has_process("sleep 1051"));
     drop(events);
     drop(tx);
@@ -979,11 +975,7 @@ async fn an_interactive_launch_reads_the_callers_input_and_dies_with_the_caller(
     tx.send(interactive("echo started; exec sleep 1052")).await.unwrap();
     let mut events =
         client.launch_interactive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-    while let Some(e) = events.next().await {
-        if matches!(e.unwrap().event.and_then(|e| e.event), Some(Event::Stdout(ref b)) if b.starts_with(b"started")) {
-            break;
-        }
-    }
+    until_started(&mut events).await;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(sbx.pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         let mut failed = false;
@@ -997,6 +989,17 @@ async fn an_interactive_launch_reads_the_callers_input_and_dies_with_the_caller(
     assert!(ended, "an error, never a clean end, when sandboxd dies");
     cc_tests::sandbox::eventually("the launch dies with sandboxd", || !host_has_process("sleep 1052"));
     drop(tx);
+}
+
+/// Reads an interactive launch's events until its command has said `started`.
+async fn until_started(events: &mut tonic::Streaming<pb::LaunchInteractiveResponse>) {
+    use pb::launch_response::Event;
+    use tokio_stream::StreamExt;
+    while let Some(e) = events.next().await {
+        if matches!(e.unwrap().event.and_then(|e| e.event), Some(Event::Stdout(ref b)) if b.starts_with(b"started")) {
+            return;
+        }
+    }
 }
 
 /// An interactive launch that does not start with its launch is refused in one line.

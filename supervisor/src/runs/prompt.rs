@@ -4,7 +4,6 @@
 //! later one resumes the session the first began.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use cc_proto::common::v1::EnvelopeKind;
@@ -50,21 +49,22 @@ const MAX_EVENTS_PER_PROMPT: u32 = 10_000;
 pub struct AgentSession(std::sync::Arc<tokio::sync::Mutex<Option<String>>>);
 
 /// Writes the agent's settings and MCP config into its config directory, which the
-/// overlay envelope shows read-only. Never through a link: the files are made anew.
+/// overlay envelope shows read-only. The directory is the run user's (as root, the
+/// service user's, whom an unconfined agent runs as), so it is reached by handle from
+/// `/` with no link on the way, and each file is made anew in it, never through a link.
 pub fn write_agent_config(dir: &Path, settings: &serde_json::Value, mcp: &serde_json::Value) -> std::io::Result<()> {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::Mode;
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    let dir = cc_host::beneath::open_dir_no_links(dir).map_err(std::io::Error::from)?;
     for (name, value) in [(claude_code::SETTINGS_FILE, settings), (claude_code::MCP_CONFIG_FILE, mcp)] {
-        let path = dir.join(name);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        match unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir) {
+            Err(nix::errno::Errno::ENOENT) | Ok(()) => {}
+            Err(e) => return Err(e.into()),
         }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)?;
-        file.write_all(value.to_string().as_bytes())?;
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(&dir, name, flags, Mode::from_bits_truncate(0o644))?;
+        std::fs::File::from(fd).write_all(value.to_string().as_bytes())?;
     }
     Ok(())
 }
@@ -229,5 +229,31 @@ impl RunManager {
             }
         });
         Ok(ReceiverStream::new(rx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_config_is_written_anew_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let (config, outside) = (root.join("config"), root.join("outside"));
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::write(&outside, "untouched").unwrap();
+        // A link planted where the settings go: replaced, its target untouched.
+        std::os::unix::fs::symlink(&outside, config.join(claude_code::SETTINGS_FILE)).unwrap();
+        write_agent_config(&config, &serde_json::json!({ "a": 1 }), &serde_json::json!({})).unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "untouched");
+        let written = config.join(claude_code::SETTINGS_FILE);
+        assert!(std::fs::symlink_metadata(&written).unwrap().is_file());
+        assert_eq!(std::fs::read_to_string(written).unwrap(), r#"{"a":1}"#);
+        // A directory on the way swapped for a link: refused, nothing written there.
+        std::os::unix::fs::symlink(&root, root.join("swapped")).unwrap();
+        assert!(
+            write_agent_config(&root.join("swapped/config"), &serde_json::json!({}), &serde_json::json!({})).is_err()
+        );
     }
 }
