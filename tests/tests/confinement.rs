@@ -129,6 +129,11 @@ fn git_and_shell_code_execution_vectors_are_write_protected_however_spelled() {
     let copy = f.copy();
     cc_tests::fs::git(&copy, &["init", "-q", "sub"]);
     symlink(".git", copy.join("git-link")).unwrap();
+    // The first launch makes the vectors that are missing (`commondir`, `config.worktree`,
+    // …) so that they can be mounted read-only; the run's envelope made ahead may not
+    // have done so yet. One read first, so that the snapshots see the protected tree.
+    let warm = f.tool(&run, &["read", ".git/HEAD"]);
+    assert!(warm.status.success(), "{}", text(&warm).1);
     let git_before = snapshot(&copy.join(".git"));
     let sub_before = snapshot(&copy.join("sub/.git"));
     let abs = copy.to_str().unwrap().to_owned();

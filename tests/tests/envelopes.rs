@@ -964,7 +964,8 @@ async fn an_interactive_launch_reads_the_callers_input_and_dies_with_the_caller(
     let mut events =
         client.launch_interactive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
     until_started(&mut events).await;
-    assert!(host_has_process("sleep 1051"));
+    // "started" comes before the shell's exec: the sleep shows up a moment later.
+    cc_tests::sandbox::eventually("the launch's command runs", || host_has_process("sleep 1051"));
     drop(events);
     drop(tx);
     cc_tests::sandbox::eventually("the abandoned process is killed", || !host_has_process("sleep 1051"));
