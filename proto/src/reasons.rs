@@ -88,6 +88,9 @@ pub const AGENT_BUSY: &str = "AGENT_BUSY";
 /// The run has no agent to prompt: its adapter (harness) is driven tool by tool
 /// (metadata `adapter`).
 pub const NO_AGENT: &str = "NO_AGENT";
+/// The run's agent (adapter acp) ended or broke its protocol during the prompt; the
+/// next prompt starts it again, in a new session.
+pub const AGENT_FAILED: &str = "AGENT_FAILED";
 
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
@@ -116,6 +119,7 @@ pub const ALL: &[&str] = &[
     PORT_TAKEN,
     AGENT_BUSY,
     NO_AGENT,
+    AGENT_FAILED,
 ];
 
 /// A refusal with `reason` and its metadata.

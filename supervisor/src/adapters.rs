@@ -211,7 +211,56 @@ pub fn matrix(native: bool) -> Vec<Column> {
             ),
         ],
     };
-    vec![harness, claude_code, nosandbox]
+    let acp_files = "tests/tests/acp.rs::an_acp_agents_file_requests_are_confined_and_judged_and_its_own_writes_bounded_by_the_envelope";
+    let acp_terminals = "tests/tests/acp.rs::terminals_are_gated_capped_and_killable_and_permissions_go_to_the_gate";
+    let acp = Column {
+        adapter: "acp",
+        description: "an Agent Client Protocol agent over stdio in the run's overlay envelope; the product is its client",
+        cells: vec![
+            cell(
+                "worktree_isolation",
+                Yes,
+                "it works in the conversation's copy; the registered checkout is not in its envelope",
+                acp_files,
+            ),
+            cell(
+                "path_checked_file_tools",
+                Partial,
+                "fs/read_text_file and fs/write_text_file go through the gate and the runner's confinement; what the \
+                 agent's own process reads and writes is bounded only by the envelope",
+                acp_files,
+            ),
+            cell(
+                "gated_shell_commands",
+                Partial,
+                "terminal/create runs through the gate and the harness's bash envelope, with outputByteLimit; a \
+                 process the agent starts itself is not asked (the envelope bounds it)",
+                acp_terminals,
+            ),
+            envelope("the agent and everything it starts in a bubblewrap envelope", acp_files),
+            cell(
+                "sanitized_environment",
+                Yes,
+                "the envelope's environment: nothing of the supervisor's passes",
+                acp_files,
+            ),
+            network(acp_files),
+            cell(
+                "pushes_gated",
+                Yes,
+                "its envelope's git, and its terminals', reach only the gateway, which decides every pushed ref \
+                 and holds the only write credential",
+                "tests/tests/git_gateway.rs::every_pushed_ref_is_decided_by_the_gate_and_only_allowed_refs_land",
+            ),
+            cell(
+                "tracker_writes_gated",
+                Yes,
+                "no token in the envelope; the product's MCP tools (cc-mcp, offered in session/new) ask the gate",
+                acp_files,
+            ),
+        ],
+    };
+    vec![harness, claude_code, nosandbox, acp]
 }
 
 #[cfg(test)]

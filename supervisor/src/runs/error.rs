@@ -19,12 +19,17 @@ pub enum RunError {
     AlreadyStopping(RunId),
     #[error("{0}")]
     BadRequest(String),
-    #[error("unknown adapter {0:?}: the adapters are `harness` and `claude-code`")]
+    #[error(
+        "unknown adapter {0:?}: the adapters are harness, claude-code, claude-code-nosandbox and acp (`ccctl adapters`)"
+    )]
     UnknownAdapter(String),
     #[error("run {} is already working on a prompt; wait for its answer", .0.shown())]
     AgentBusy(RunId),
     #[error("a {0} run has no agent to prompt; call its tools (`ccctl tool`) instead")]
     NoAgent(String),
+    /// The run's ACP agent ended or broke the protocol during a prompt.
+    #[error("{0}")]
+    AgentFailed(String),
     /// The gate denied the call, by a rule, a default, the command policy or the mode.
     #[error("denied: {reason}")]
     GateDenied { reason: String, effect: String, origin: String, decided_by: String },
@@ -91,6 +96,7 @@ impl From<RunError> for Status {
             RunError::NoAgent(adapter) => {
                 reasons::refusal(Code::FailedPrecondition, message, reasons::NO_AGENT, &[("adapter", adapter)])
             }
+            RunError::AgentFailed(_) => reasons::refusal(Code::Unavailable, message, reasons::AGENT_FAILED, &[]),
             RunError::BadRequest(_) | RunError::UnknownAdapter(_) => Status::invalid_argument(message),
             RunError::GateDenied { effect, origin, decided_by, .. } => reasons::refusal(
                 Code::PermissionDenied,

@@ -12,6 +12,8 @@
 //! unregisters the run from sandboxd (which kills every process of it), removes the
 //! runner's socket and records `run_ended` with the reason.
 
+pub mod acp;
+mod acp_link;
 pub mod claude_code;
 mod credentials;
 pub mod egress;
@@ -67,6 +69,8 @@ pub struct StartRequest {
     pub agent: String,
     pub mode: Mode,
     pub adapter: String,
+    /// The command that starts the agent (adapter acp only).
+    pub agent_command: String,
     pub network: bool,
     /// Overrides of the configured limits.
     pub limits: Option<cc_proto::supervisor::v1::RunLimits>,
@@ -123,6 +127,9 @@ pub struct LiveRun {
     cgroup: OwnedCgroup,
     /// Its agent's session (adapter claude-code), locked while a prompt runs.
     agent: prompt::AgentSession,
+    /// The command that starts its ACP agent (adapter acp), and the agent while it lives.
+    pub agent_command: String,
+    acp: Mutex<Option<acp_link::AcpLink>>,
 }
 
 /// A run's cgroup, removed (with whatever is left in it) when the run ends, or when
@@ -595,8 +602,16 @@ impl RunManager {
     }
 
     pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<LiveRun>, RunError> {
-        if request.adapter != "harness" && !prompt::is_claude_code(&request.adapter) {
+        if request.adapter != "harness" && request.adapter != acp::ACP && !prompt::is_claude_code(&request.adapter) {
             return Err(RunError::UnknownAdapter(request.adapter.chars().take(64).collect()));
+        }
+        if request.adapter == acp::ACP {
+            acp::agent_argv(&request.agent_command).map_err(RunError::BadRequest)?;
+        } else if !request.agent_command.is_empty() {
+            return Err(RunError::BadRequest(format!(
+                "--agent-command is for the acp adapter; adapter {} starts its own",
+                request.adapter
+            )));
         }
         // The network rule is read once, here: a run never changes it. Without an
         // envelope the run's proxies listen on loopback ports behind a credential.
@@ -752,6 +767,8 @@ impl RunManager {
             limits,
             cgroup,
             agent: Default::default(),
+            agent_command: request.agent_command.clone(),
+            acp: Mutex::default(),
         });
         self.lock().insert(run_id.clone(), live.clone());
         // Before the runner exists, so nothing of the run runs without its credential
@@ -766,6 +783,7 @@ impl RunManager {
                 "agent": request.agent,
                 "mode": request.mode.as_str(),
                 "adapter": request.adapter,
+                "agent_command": request.agent_command,
                 "envelope": if request.adapter == prompt::CLAUDE_CODE_NOSANDBOX {
                     "none: the agent runs on the host, unconfined, with the host's environment"
                 } else if self.env.enveloped { "native" } else { "none" },

@@ -46,7 +46,7 @@ const MAX_EVENTS_PER_PROMPT: u32 = 10_000;
 /// The run's agent session: the session id its first prompt began, held locked while
 /// a prompt runs.
 #[derive(Default)]
-pub struct AgentSession(std::sync::Arc<tokio::sync::Mutex<Option<String>>>);
+pub struct AgentSession(pub(super) std::sync::Arc<tokio::sync::Mutex<Option<String>>>);
 
 /// Writes the agent's settings and MCP config into its config directory, which the
 /// overlay envelope shows read-only. The directory is the run user's (as root, the
@@ -84,9 +84,15 @@ fn host_environment(run: &super::LiveRun) -> std::collections::HashMap<String, S
 type Events = ReceiverStream<Result<pb::PromptRunResponse, Status>>;
 
 impl RunManager {
-    pub async fn prompt(&self, run_id: &RunId, prompt: String, timeout_seconds: u32) -> Result<Events, RunError> {
+    pub async fn prompt(
+        self: &std::sync::Arc<Self>,
+        run_id: &RunId,
+        prompt: String,
+        timeout_seconds: u32,
+    ) -> Result<Events, RunError> {
         let run = self.require_live(run_id)?;
-        if !is_claude_code(&run.record.adapter) {
+        let acp = run.record.adapter == super::acp::ACP;
+        if !is_claude_code(&run.record.adapter) && !acp {
             return Err(RunError::NoAgent(run.record.adapter.clone()));
         }
         let on_host = run.record.adapter == CLAUDE_CODE_NOSANDBOX;
@@ -104,6 +110,9 @@ impl RunManager {
             }
             t => t,
         };
+        if acp {
+            return self.prompt_acp(&run, prompt, timeout).await;
+        }
         let mut session = run.agent.0.clone().try_lock_owned().map_err(|_| RunError::AgentBusy(run_id.clone()))?;
         let config_dir = String::from_utf8_lossy(&run.policy.agent_config).into_owned();
         let argv = claude_code::argv(&config.program, &prompt, &config_dir, session.as_deref());

@@ -29,6 +29,7 @@ impl RunsService {
         let live = self.manager.live_run(&RunId::from_wire(r.id.as_str()));
         let runner_pid = live.as_ref().map_or(0, |l| l.runner_pid());
         let git_gateway_bridged = live.as_ref().is_some_and(|l| l.gateway_bridged());
+        let agent_command = live.as_ref().map(|l| l.agent_command.clone()).unwrap_or_default();
         let resources = live.map(|l| {
             let usage = l.cgroup().map(|c| c.usage()).unwrap_or_default();
             pb::RunResources {
@@ -60,6 +61,7 @@ impl RunsService {
             git_gateway_port: if git_gateway_bridged { crate::runs::git_gateway::GIT_GATEWAY_PORT.into() } else { 0 },
             // GetRun's alone: a list of runs stays small whatever they reached.
             egress_traffic: vec![],
+            agent_command,
         }
     }
 }
@@ -88,6 +90,7 @@ impl Runs for RunsService {
             agent,
             mode: wire::mode_from(r.mode)?,
             adapter: or_default(r.adapter, "harness"),
+            agent_command: r.agent_command,
             network: r.network,
             limits: r.limits,
         };

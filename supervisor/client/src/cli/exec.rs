@@ -41,10 +41,14 @@ pub struct ExecArgs {
     /// harness, on for claude-code, whose agent must reach its model]
     #[arg(long, value_enum)]
     network: Option<Network>,
-    /// harness: CMD runs in the run's bash; claude-code (or claude-code-nosandbox): CMD
-    /// is the prompt, and the agent works on it in the run until it answers
-    #[arg(long, default_value = "harness", value_parser = ["harness", "claude-code", "claude-code-nosandbox"])]
+    /// harness: CMD runs in the run's bash; claude-code (or claude-code-nosandbox, or
+    /// acp with --agent-command): CMD is the prompt, and the agent works on it in the
+    /// run until it answers
+    #[arg(long, default_value = "harness", value_parser = ["harness", "claude-code", "claude-code-nosandbox", "acp"])]
     adapter: String,
+    /// With --adapter acp: the command that starts the ACP agent over stdio
+    #[arg(long, default_value = "")]
+    agent_command: String,
     /// reflink (default; refuses a filesystem that cannot reflink), copy (a full byte
     /// copy, for ext4 and the like), or git-worktree
     #[arg(long, default_value = "reflink", value_parser = ["reflink", "copy", "git-worktree"])]
@@ -204,6 +208,7 @@ async fn main_job(
         agent: "default".into(),
         mode: args.mode.wire(),
         adapter: args.adapter.clone(),
+        agent_command: args.agent_command.clone(),
         network: args.network.unwrap_or(if args.adapter == "harness" { Network::Off } else { Network::On })
             == Network::On,
         limits: args.limits.to_proto(),

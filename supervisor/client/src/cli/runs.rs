@@ -43,10 +43,15 @@ pub enum RunAction {
         agent: String,
         #[arg(long, value_enum, default_value = "chat")]
         mode: ModeArg,
-        /// `harness` (the runner's tools, called one by one) or `claude-code` (the
-        /// claude CLI in the run's overlay envelope, prompted with `ccctl run prompt`)
+        /// `harness` (the runner's tools, called one by one), `claude-code` (the
+        /// claude CLI in the run's overlay envelope, prompted with `ccctl run prompt`),
+        /// `claude-code-nosandbox`, or `acp` (an ACP agent, with --agent-command)
         #[arg(long, default_value = "harness")]
         adapter: String,
+        /// With --adapter acp: the command that starts the ACP agent over stdio, split
+        /// into words as a shell would (no expansion), e.g. "my-agent --acp"
+        #[arg(long, default_value = "")]
+        agent_command: String,
         /// `on`: through the run's proxies, to its allowlist (`[egress]`); needs an envelope
         #[arg(long, value_enum, default_value = "off")]
         network: Network,
@@ -190,7 +195,8 @@ pub fn state_name(state: i32) -> &'static str {
 fn run_json(r: &pb::Run) -> serde_json::Value {
     json!({
         "id": r.run_id, "conversation": r.conversation_id, "workspace": r.workspace_id, "agent": r.agent,
-        "mode": super::render::mode_name(r.mode), "adapter": r.adapter, "network": r.network,
+        "mode": super::render::mode_name(r.mode), "adapter": r.adapter, "agent_command": r.agent_command,
+        "network": r.network,
         "state": state_name(r.state), "runner_pid": r.runner_pid,
         "started_unix_ms": cc_proto::time::unix_ms(r.start_time.as_ref()),
         "ended_unix_ms": cc_proto::time::unix_ms(r.end_time.as_ref()), "end_reason": r.end_reason, "tools": r.tools,
@@ -249,6 +255,9 @@ fn print_run(r: &pb::Run) {
              (Bash, file writes) and the product's tools are gated (ccctl adapters)"
         );
     }
+    if !r.agent_command.is_empty() {
+        println!("  agent command: {}", one_line(&r.agent_command));
+    }
     if let Some(resources) = &r.resources {
         println!("  {}", super::limits::resources_line(resources));
         if r.git_gateway_bridged {
@@ -261,12 +270,13 @@ fn print_run(r: &pb::Run) {
 
 pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Result<()> {
     match action {
-        RunAction::Start { conversation, agent, mode, adapter, network, limits } => {
+        RunAction::Start { conversation, agent, mode, adapter, agent_command, network, limits } => {
             let request = pb::StartRunRequest {
                 conversation_id: conversation,
                 agent,
                 mode: mode.wire(),
                 adapter,
+                agent_command,
                 network: network == Network::On,
                 limits: limits.to_proto(),
             };

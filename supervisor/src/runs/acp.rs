@@ -1,0 +1,373 @@
+//! The acp adapter's pure parts: the agent's command line, how the gate sees a
+//! `session/request_permission`, a terminal's command line and its output window,
+//! and the run events an agent's `session/update` notifications become. The
+//! connection itself is [`super::acp_link`].
+
+use std::path::Path;
+
+use agent_client_protocol::v1::schema::{ContentBlock, SessionUpdate, ToolCallStatus, ToolCallUpdateFields, ToolKind};
+use serde_json::{Value, json};
+
+use super::claude_code::AgentEvent;
+use super::hook::Hooked;
+use super::tools::{Described, gate_path};
+
+/// An Agent Client Protocol agent over stdio, in the run's overlay envelope.
+pub const ACP: &str = "acp";
+/// The longest `--agent-command`.
+pub const MAX_AGENT_COMMAND_BYTES: usize = 4096;
+/// An agent's text kept in one event at most; the rest is counted.
+const MAX_EVENT_TEXT: usize = 16 * 1024;
+
+/// The agent's argv from `--agent-command`, split as a POSIX shell splits words
+/// (quotes, no expansion): the agent is started directly, never by a shell.
+pub fn agent_argv(command: &str) -> Result<Vec<String>, String> {
+    if command.len() > MAX_AGENT_COMMAND_BYTES || command.contains('\0') {
+        return Err(format!("an agent command must be at most {MAX_AGENT_COMMAND_BYTES} bytes, with no NUL"));
+    }
+    match shlex::split(command) {
+        Some(argv) if !argv.is_empty() => Ok(argv),
+        Some(_) => Err("the acp adapter needs --agent-command, the command that starts the agent".into()),
+        None => Err(format!("the agent command {:?} has an unclosed quote or a trailing backslash", short(command))),
+    }
+}
+
+fn short(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+/// How the gate sees a permission request: by the kind of the tool call, the way the
+/// harness's own tools are judged. A kind no rule can be written for is denied.
+pub fn describe_permission(fields: &ToolCallUpdateFields, work_dir: &Path) -> Hooked {
+    let input = fields.raw_input.as_ref();
+    let field = |name: &str| input.and_then(|i| i.get(name)).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let paths = || -> Vec<String> {
+        let mut paths: Vec<String> = fields
+            .locations
+            .iter()
+            .flatten()
+            .map(|l| gate_path(&l.path.to_string_lossy(), work_dir))
+            .chain(["path", "file_path", "abs_path"].iter().filter_map(|f| field(f)).map(|p| gate_path(p, work_dir)))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    };
+    let files = |tool: &'static str| match paths() {
+        paths if paths.is_empty() => Hooked::Refused(format!("the {tool} request names no file")),
+        paths => Hooked::Gate(Described { tool, paths, command_line: None, domains: vec![] }),
+    };
+    match fields.kind {
+        Some(ToolKind::Execute) => {
+            let command = field("command").map(str::to_owned).or_else(|| {
+                // `["cargo", "test"]`: an argv, quoted back into the command line it is.
+                let argv = input?.get("command")?.as_array()?;
+                let words: Option<Vec<&str>> = argv.iter().map(Value::as_str).collect();
+                shlex::try_join(words?).ok()
+            });
+            match command {
+                Some(command) => Hooked::Gate(Described {
+                    tool: "bash",
+                    paths: vec![],
+                    command_line: Some(command),
+                    domains: vec![],
+                }),
+                None => Hooked::Refused("the execute request has no command in its raw input".into()),
+            }
+        }
+        Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move) => files("write"),
+        Some(ToolKind::Read) => files("read"),
+        Some(ToolKind::Search) => match paths() {
+            paths if paths.is_empty() => files("search"),
+            paths => Hooked::Gate(Described { tool: "search", paths, command_line: None, domains: vec![] }),
+        },
+        Some(ToolKind::Fetch) => match field("url").and_then(|u| url::Url::parse(u).ok()) {
+            Some(url) => match url.host_str() {
+                Some(host) => Hooked::Gate(Described {
+                    tool: "web_fetch",
+                    paths: vec![],
+                    command_line: None,
+                    domains: vec![host.trim_start_matches('[').trim_end_matches(']').to_owned()],
+                }),
+                None => Hooked::Refused("the fetch request's URL names no host".into()),
+            },
+            None => Hooked::Refused("the fetch request has no URL in its raw input".into()),
+        },
+        Some(ToolKind::Think) => Hooked::Refused("Control Center has no rule for a think tool call; denied".into()),
+        _ => Hooked::Refused("Control Center has no rule for this kind of tool call; denied".into()),
+    }
+}
+
+/// A `terminal/create` as one bash command line, which the command policy and the
+/// rules judge as they judge any: `cd DIR && NAME=VALUE … exec COMMAND ARGS…`, every
+/// word quoted.
+pub fn terminal_command_line(
+    command: &str,
+    args: &[String],
+    env: &[(String, String)],
+    cwd: Option<&Path>,
+) -> Result<String, String> {
+    let quote = |word: &str| {
+        shlex::try_quote(word).map(|q| q.into_owned()).map_err(|_| format!("{:?} holds a NUL", short(word)))
+    };
+    if command.is_empty() {
+        return Err("terminal/create names no command".into());
+    }
+    let mut line = String::new();
+    if let Some(dir) = cwd {
+        line.push_str(&format!("cd -- {} && ", quote(&dir.to_string_lossy())?));
+    }
+    for (name, value) in env {
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("{:?} is not an environment variable's name", short(name)));
+        }
+        line.push_str(&format!("{name}={} ", quote(value)?));
+    }
+    line.push_str("exec ");
+    line.push_str(&quote(command)?);
+    for arg in args {
+        line.push(' ');
+        line.push_str(&quote(arg)?);
+    }
+    Ok(line)
+}
+
+/// A terminal's output as ACP keeps it: at most `limit` bytes, the oldest dropped
+/// first, always cut at a character boundary.
+#[derive(Debug, Default)]
+pub struct OutputTail {
+    limit: Option<usize>,
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl OutputTail {
+    pub fn new(limit: Option<usize>) -> Self {
+        OutputTail { limit, ..Default::default() }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.bytes.extend_from_slice(chunk);
+        let Some(limit) = self.limit else { return };
+        if self.bytes.len() <= limit {
+            return;
+        }
+        let mut cut = self.bytes.len() - limit;
+        // Never start inside a character: skip its continuation bytes.
+        while cut < self.bytes.len() && (self.bytes[cut] & 0xC0) == 0x80 {
+            cut += 1;
+        }
+        self.bytes.drain(..cut);
+        self.truncated = true;
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+fn clipped(text: &str) -> String {
+    if text.len() <= MAX_EVENT_TEXT {
+        return text.to_owned();
+    }
+    let mut end = MAX_EVENT_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
+fn block_text(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(t) => t.text.clone(),
+        other => serde_json::to_value(other)
+            .ok()
+            .and_then(|v| v.get("type").cloned())
+            .map_or_else(|| "[content]".to_owned(), |kind| format!("[{}]", kind.as_str().unwrap_or("content"))),
+    }
+}
+
+/// The run events of one `session/update`. The agent's message arrives in chunks,
+/// often a word each: they are gathered in `text` and become one `agent_text` when
+/// something else happens (and at the prompt's end, by [`flush_text`]).
+pub fn update_events(update: &SessionUpdate, text: &mut String) -> Vec<AgentEvent> {
+    if let SessionUpdate::AgentMessageChunk(chunk) = update {
+        if text.len() < 4 * MAX_EVENT_TEXT {
+            text.push_str(&block_text(&chunk.content));
+        }
+        return vec![];
+    }
+    let mut events: Vec<AgentEvent> = flush_text(text).into_iter().collect();
+    let event = match update {
+        SessionUpdate::AgentThoughtChunk(chunk) => {
+            AgentEvent { kind: "agent_thought", payload: json!({ "text": clipped(&block_text(&chunk.content)) }) }
+        }
+        SessionUpdate::ToolCall(call) => AgentEvent {
+            kind: "agent_tool_use",
+            payload: json!({
+                "id": call.tool_call_id.to_string(),
+                "name": clipped(&call.title),
+                "input": clipped(&call.raw_input.as_ref().map(Value::to_string).unwrap_or_default()),
+            }),
+        },
+        SessionUpdate::ToolCallUpdate(update)
+            if matches!(update.fields.status, Some(ToolCallStatus::Completed | ToolCallStatus::Failed)) =>
+        {
+            let output = update.fields.raw_output.as_ref().map(Value::to_string).unwrap_or_default();
+            AgentEvent {
+                kind: "agent_tool_result",
+                payload: json!({
+                    "tool_use_id": update.tool_call_id.to_string(),
+                    "is_error": update.fields.status == Some(ToolCallStatus::Failed),
+                    "content": clipped(&output),
+                }),
+            }
+        }
+        other => {
+            let value = serde_json::to_value(other).unwrap_or(Value::Null);
+            let kind = value.get("sessionUpdate").and_then(Value::as_str).unwrap_or("unknown").to_owned();
+            let mut shown = value.to_string();
+            shown = clipped(&shown);
+            AgentEvent { kind: "agent_update", payload: json!({ "update": kind, "detail": shown }) }
+        }
+    };
+    events.push(event);
+    events
+}
+
+/// The agent's gathered message, as one event.
+pub fn flush_text(text: &mut String) -> Option<AgentEvent> {
+    if text.is_empty() {
+        return None;
+    }
+    let all = std::mem::take(text);
+    Some(AgentEvent { kind: "agent_text", payload: json!({ "text": clipped(&all) }) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_client_protocol::v1::schema::{ContentChunk, TextContent, ToolCallLocation};
+
+    fn fields(kind: ToolKind, input: Value) -> ToolCallUpdateFields {
+        ToolCallUpdateFields::new().kind(kind).raw_input(input)
+    }
+
+    fn gate(tool: &'static str, paths: &[&str], command: Option<&str>, domains: &[&str]) -> Hooked {
+        Hooked::Gate(Described {
+            tool,
+            paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            command_line: command.map(str::to_owned),
+            domains: domains.iter().map(|d| (*d).to_owned()).collect(),
+        })
+    }
+
+    #[test]
+    fn the_agent_command_is_split_like_a_shell_and_never_run_by_one() {
+        assert_eq!(agent_argv("npx -y 'my agent' --acp").unwrap(), ["npx", "-y", "my agent", "--acp"]);
+        assert_eq!(agent_argv("a $(rm -rf /)").unwrap(), ["a", "$(rm", "-rf", "/)"]);
+        for bad in ["", "   ", "a 'b", "a\\", "a\0b"] {
+            assert!(agent_argv(bad).is_err(), "{bad:?}");
+        }
+        assert!(agent_argv(&"a".repeat(MAX_AGENT_COMMAND_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn a_permission_request_is_judged_as_the_harness_call_it_amounts_to() {
+        let w = Path::new("/w/run");
+        assert_eq!(
+            describe_permission(&fields(ToolKind::Execute, json!({ "command": "git push origin main" })), w),
+            gate("bash", &[], Some("git push origin main"), &[])
+        );
+        assert_eq!(
+            describe_permission(&fields(ToolKind::Execute, json!({ "command": ["rm", "-rf", "a b"] })), w),
+            gate("bash", &[], Some("rm -rf 'a b'"), &[])
+        );
+        let edit = fields(ToolKind::Edit, json!({})).locations(vec![ToolCallLocation::new("/w/run/./secret/k")]);
+        assert_eq!(describe_permission(&edit, w), gate("write", &["secret/k"], None, &[]));
+        assert_eq!(
+            describe_permission(&fields(ToolKind::Delete, json!({ "path": "/etc/passwd" })), w),
+            gate("write", &["/etc/passwd"], None, &[])
+        );
+        assert_eq!(
+            describe_permission(&fields(ToolKind::Fetch, json!({ "url": "https://Example.test/x" })), w),
+            gate("web_fetch", &[], None, &["example.test"])
+        );
+        assert_eq!(
+            describe_permission(&fields(ToolKind::Read, json!({ "file_path": "src/a.rs" })), w),
+            gate("read", &["src/a.rs"], None, &[])
+        );
+    }
+
+    #[test]
+    fn a_permission_request_no_rule_can_judge_is_denied() {
+        let w = Path::new("/w");
+        for f in [
+            fields(ToolKind::Execute, json!({})),
+            fields(ToolKind::Execute, json!({ "command": 7 })),
+            fields(ToolKind::Execute, json!({ "command": ["a", 1] })),
+            fields(ToolKind::Edit, json!({})),
+            fields(ToolKind::Fetch, json!({ "url": "not a url" })),
+            fields(ToolKind::Think, json!({})),
+            fields(ToolKind::Other, json!({ "command": "ls" })),
+            ToolCallUpdateFields::new(),
+        ] {
+            assert!(matches!(describe_permission(&f, w), Hooked::Refused(_)), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_terminal_is_one_quoted_command_line() {
+        let env = [("LANG".to_owned(), "C; rm -rf /".to_owned())];
+        let line = terminal_command_line("cargo", &["test".into(), "a b".into()], &env, Some(Path::new("/w/x y")));
+        assert_eq!(line.unwrap(), "cd -- '/w/x y' && LANG='C; rm -rf /' exec cargo test 'a b'");
+        assert_eq!(terminal_command_line("ls", &[], &[], None).unwrap(), "exec ls");
+        assert!(terminal_command_line("", &[], &[], None).is_err());
+        assert!(terminal_command_line("ls", &["a\0b".into()], &[], None).is_err());
+        for name in ["", "1A", "A-B", "A B", "A=B"] {
+            assert!(terminal_command_line("ls", &[], &[(name.into(), "v".into())], None).is_err(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn a_terminals_output_keeps_its_last_bytes_and_whole_characters() {
+        let mut tail = OutputTail::new(Some(5));
+        tail.push(b"abc");
+        assert_eq!((tail.text(), tail.truncated()), ("abc".to_owned(), false));
+        tail.push(b"defg");
+        assert_eq!((tail.text(), tail.truncated()), ("cdefg".to_owned(), true));
+        let mut tail = OutputTail::new(Some(4));
+        tail.push("aé€".as_bytes()); // 1 + 2 + 3 bytes: the last 4 start inside é
+        assert_eq!(tail.text(), "€");
+        let mut all = OutputTail::new(None);
+        all.push(&[b'x'; 10_000]);
+        assert_eq!((all.text().len(), all.truncated()), (10_000, false));
+    }
+
+    #[test]
+    fn message_chunks_become_one_event_and_tool_calls_their_own() {
+        let chunk = |t: &str| {
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(t.to_owned()))))
+        };
+        let mut text = String::new();
+        assert!(update_events(&chunk("hel"), &mut text).is_empty());
+        assert!(update_events(&chunk("lo"), &mut text).is_empty());
+        let thought =
+            SessionUpdate::AgentThoughtChunk(ContentChunk::new(ContentBlock::Text(TextContent::new("hmm".to_owned()))));
+        let events = update_events(&thought, &mut text);
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["agent_text", "agent_thought"]);
+        assert_eq!(events[0].payload["text"], "hello");
+        assert!(flush_text(&mut text).is_none());
+        update_events(&chunk(&"x".repeat(100_000)), &mut text);
+        let flushed = flush_text(&mut text).unwrap();
+        assert!(flushed.payload["text"].as_str().unwrap().ends_with("bytes in all)"));
+    }
+}
