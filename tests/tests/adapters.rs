@@ -15,7 +15,7 @@ fn every_cell_of_the_matrix_names_a_test_that_exists() {
     assert_eq!(m["backend"], "native", "{m}");
     let adapters = m["adapters"].as_array().unwrap();
     let names: Vec<&str> = adapters.iter().map(|a| a["adapter"].as_str().unwrap()).collect();
-    assert_eq!(names, ["harness", "claude-code", "claude-code-nosandbox"]);
+    assert_eq!(names, ["harness", "claude-code", "claude-code-nosandbox", "acp"]);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     for adapter in adapters {
         let layers = adapter["layers"].as_array().unwrap();

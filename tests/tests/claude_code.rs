@@ -386,7 +386,7 @@ fn without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so()
     assert!(results[1].1 && results[1].0.contains("direct pushes to main are not allowed"), "{results:?}");
     // Every step of it says so, and so does the run.
     let events = host.events();
-    let agent_steps: Vec<&str> = events.lines().filter(|l| l.contains("\"agent_")).collect();
+    let agent_steps: Vec<&str> = events.lines().filter(|l| l.contains("\"kind\":\"agent_")).collect();
     assert!(!agent_steps.is_empty() && agent_steps.iter().all(|l| l.contains("unsandboxed")), "{events}");
     assert!(events.contains("the agent runs on the host, unconfined"));
     let show = String::from_utf8_lossy(&host.f.sup.ccctl(&["run", "show", &host.run]).stdout).into_owned();

@@ -1,0 +1,180 @@
+//! A stand-in ACP agent for the acp adapter's tests, written with the crate's agent
+//! side. Each prompt is a script, one step per line, and every step's outcome comes
+//! back as the agent's message text, so that a test reads what the client allowed:
+//!
+//! - `say TEXT`: a message chunk;
+//! - `read PATH` / `write PATH TEXT`: `fs/read_text_file` / `fs/write_text_file`;
+//! - `direct-write PATH`: the agent's own write, with no request (the envelope's to stop);
+//! - `permission KIND INPUT`: `session/request_permission` for a tool call of KIND
+//!   (execute, edit, read, fetch, other) whose raw input is INPUT (JSON);
+//! - `terminal LIMIT COMMAND`: `terminal/create` (`bash -c COMMAND`, output limit
+//!   LIMIT bytes, 0 for none), then wait, output and release;
+//! - `kill COMMAND`: a terminal killed as soon as it exists, then waited for;
+//! - `connect ADDR`: a TCP connection of the agent's own, with no proxy;
+//! - `getenv NAME`: the variable as the agent's process has it;
+//! - `wait SECONDS`: a thought ("waiting", at once) and a pause, for a test that acts
+//!   on an agent in the middle of a prompt;
+//! - `exit CODE`: the process exits mid-prompt.
+
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest, InitializeResponse,
+    KillTerminalRequest, NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
+    PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionId, SessionNotification, SessionUpdate, StopReason, TerminalOutputRequest, TextContent, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest, WriteTextFileRequest,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, Client, Stdio};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> agent_client_protocol::Result<()> {
+    Agent
+        .v1()
+        .name("acp-standin")
+        .on_receive_request(
+            async move |init: InitializeRequest, responder: Responder<InitializeResponse>, _cx| {
+                responder.respond(
+                    InitializeResponse::new(init.protocol_version).agent_capabilities(AgentCapabilities::new()),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |_new: NewSessionRequest, responder: Responder<NewSessionResponse>, _cx| {
+                responder.respond(NewSessionResponse::new(SessionId::new(format!("standin-{}", std::process::id()))))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |prompt: PromptRequest, responder: Responder<PromptResponse>, cx: ConnectionTo<Client>| {
+                // The steps ask the client and wait for its answers: never in the
+                // dispatch loop, which must stay free to deliver them.
+                let connection = cx.clone();
+                cx.spawn(async move {
+                    let script: String = prompt
+                        .prompt
+                        .iter()
+                        .filter_map(|b| match b {
+                            ContentBlock::Text(t) => Some(t.text.clone()),
+                            _ => None,
+                        })
+                        .collect();
+                    for line in script.lines().filter(|l| !l.trim().is_empty()) {
+                        let outcome = step(&connection, &prompt.session_id, line).await;
+                        say(&connection, &prompt.session_id, &format!("{line} => {outcome}\n"))?;
+                    }
+                    responder.respond(PromptResponse::new(StopReason::EndTurn))
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_to(Stdio::new())
+        .await
+}
+
+fn say(cx: &ConnectionTo<Client>, session: &SessionId, text: &str) -> agent_client_protocol::Result<()> {
+    let chunk = ContentChunk::new(ContentBlock::Text(TextContent::new(text)));
+    cx.send_notification(SessionNotification::new(session.clone(), SessionUpdate::AgentMessageChunk(chunk)))
+}
+
+fn word(result: Result<String, agent_client_protocol::Error>) -> String {
+    match result {
+        Ok(text) => format!("ok {text}"),
+        Err(e) => format!("refused {}", e.message),
+    }
+}
+
+async fn step(cx: &ConnectionTo<Client>, session: &SessionId, line: &str) -> String {
+    let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let sid = session.clone();
+    match verb {
+        "say" => format!("ok {rest}"),
+        "read" => word(
+            cx.send_request(ReadTextFileRequest::new(sid, rest))
+                .block_task()
+                .await
+                .map(|r| r.content.escape_debug().to_string()),
+        ),
+        "write" => {
+            let (path, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            word(cx.send_request(WriteTextFileRequest::new(sid, path, text)).block_task().await.map(|_| String::new()))
+        }
+        "direct-write" => match std::fs::write(rest, "written by the agent itself\n") {
+            Ok(()) => "ok written".into(),
+            Err(e) => format!("refused {e}"),
+        },
+        "permission" => {
+            let (kind, input) = rest.split_once(' ').unwrap_or((rest, "{}"));
+            let kind = match kind {
+                "execute" => ToolKind::Execute,
+                "edit" => ToolKind::Edit,
+                "read" => ToolKind::Read,
+                "fetch" => ToolKind::Fetch,
+                _ => ToolKind::Other,
+            };
+            let raw: serde_json::Value = serde_json::from_str(input).unwrap_or_default();
+            let mut fields = ToolCallUpdateFields::new().kind(kind).title(line.to_owned()).raw_input(raw.clone());
+            if let Some(path) = raw.get("path").and_then(serde_json::Value::as_str) {
+                fields = fields.locations(vec![agent_client_protocol::v1::schema::ToolCallLocation::new(path)]);
+            }
+            let options = vec![
+                PermissionOption::new("yes", "Allow once", PermissionOptionKind::AllowOnce),
+                PermissionOption::new("always", "Allow always", PermissionOptionKind::AllowAlways),
+                PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
+            ];
+            let asked = RequestPermissionRequest::new(sid, ToolCallUpdate::new("call-1", fields), options);
+            word(cx.send_request(asked).block_task().await.map(|r| match r.outcome {
+                RequestPermissionOutcome::Selected(s) => s.option_id.to_string(),
+                RequestPermissionOutcome::Cancelled => "cancelled".into(),
+                _ => "unknown".into(),
+            }))
+        }
+        "terminal" | "kill" => {
+            let (limit, command) =
+                if verb == "kill" { ("0", rest) } else { rest.split_once(' ').unwrap_or((rest, "")) };
+            let mut create = CreateTerminalRequest::new(sid.clone(), "bash").args(vec!["-c".into(), command.into()]);
+            if let Ok(limit @ 1..) = limit.parse::<u64>() {
+                create = create.output_byte_limit(limit);
+            }
+            let id = match cx.send_request(create).block_task().await {
+                Ok(created) => created.terminal_id,
+                Err(e) => return format!("refused {}", e.message),
+            };
+            if verb == "kill"
+                && let Err(e) = cx.send_request(KillTerminalRequest::new(sid.clone(), id.clone())).block_task().await
+            {
+                return format!("kill failed {}", e.message);
+            }
+            let exit = cx.send_request(WaitForTerminalExitRequest::new(sid.clone(), id.clone())).block_task().await;
+            let output = cx.send_request(TerminalOutputRequest::new(sid.clone(), id.clone())).block_task().await;
+            let _ = cx.send_request(ReleaseTerminalRequest::new(sid, id)).block_task().await;
+            match (exit, output) {
+                (Ok(exit), Ok(output)) => format!(
+                    "ok exit={:?} signal={:?} truncated={} bytes={} output={:?}",
+                    exit.exit_status.exit_code,
+                    exit.exit_status.signal,
+                    output.truncated,
+                    output.output.len(),
+                    output.output.chars().take(200).collect::<String>()
+                ),
+                (Err(e), _) | (_, Err(e)) => format!("refused {}", e.message),
+            }
+        }
+        "connect" => match std::net::TcpStream::connect_timeout(
+            &rest.parse().unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 9))),
+            std::time::Duration::from_secs(5),
+        ) {
+            Ok(_) => "ok connected".into(),
+            Err(e) => format!("refused {e}"),
+        },
+        "getenv" => std::env::var(rest).unwrap_or_else(|_| "unset".into()),
+        "wait" => {
+            let thought = ContentChunk::new(ContentBlock::Text(TextContent::new("waiting")));
+            let _ = cx.send_notification(SessionNotification::new(sid, SessionUpdate::AgentThoughtChunk(thought)));
+            tokio::time::sleep(std::time::Duration::from_secs(rest.parse().unwrap_or(30))).await;
+            "waited".into()
+        }
+        "exit" => std::process::exit(rest.parse().unwrap_or(3)),
+        other => format!("unknown step {other}"),
+    }
+}
