@@ -303,3 +303,24 @@ fn an_acp_run_needs_a_usable_agent_command_and_only_acp_takes_one() {
     let show = f.sup.ccctl(&["--json", "run", "show", &run]);
     assert!(String::from_utf8_lossy(&show.stdout).contains("\"running\""), "{}", both(&show));
 }
+
+#[test]
+fn a_prompt_past_its_timeout_is_cancelled_and_an_agent_deaf_to_that_is_killed() {
+    let w = world();
+    assert_eq!(w.outcomes("say up\n"), ["ok up"]);
+    let agent = agents_running(&w);
+    // The agent hears session/cancel and stops: the prompt fails with the timeout's
+    // reason, and the same agent serves the next one.
+    let out = w.f.sup.ccctl(&["run", "prompt", &w.run, "wait 300", "--timeout", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && err.contains("the prompt's answer"), "{}", both(&out));
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(w.outcomes("say still\n"), ["ok still"]);
+    assert_eq!(agents_running(&w), agent, "the same agent");
+    // One that goes on regardless is killed once the grace has passed.
+    let out = w.f.sup.ccctl(&["run", "prompt", &w.run, "deaf 300", "--timeout", "1"]);
+    assert!(!out.status.success(), "{}", both(&out));
+    eventually(Duration::from_secs(30), "the deaf agent is killed", || agents_running(&w) != agent);
+    assert_eq!(w.outcomes("say again\n"), ["ok again"], "a new agent serves the next prompt");
+    assert!(w.events().contains("\"agent_disconnected\""));
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 use agent_client_protocol::v1::schema::{ContentBlock, SessionUpdate, ToolCallStatus, ToolCallUpdateFields, ToolKind};
 use serde_json::{Value, json};
 
-use super::claude_code::AgentEvent;
+use super::claude_code::{AgentEvent, MAX_EVENT_TEXT, clipped};
 use super::hook::Hooked;
 use super::tools::{Described, gate_path};
 
@@ -16,8 +16,6 @@ use super::tools::{Described, gate_path};
 pub const ACP: &str = "acp";
 /// The longest `--agent-command`.
 pub const MAX_AGENT_COMMAND_BYTES: usize = 4096;
-/// An agent's text kept in one event at most; the rest is counted.
-const MAX_EVENT_TEXT: usize = 16 * 1024;
 
 /// The agent's argv from `--agent-command`, split as a POSIX shell splits words
 /// (quotes, no expansion): the agent is started directly, never by a shell.
@@ -171,17 +169,6 @@ impl OutputTail {
     pub fn truncated(&self) -> bool {
         self.truncated
     }
-}
-
-fn clipped(text: &str) -> String {
-    if text.len() <= MAX_EVENT_TEXT {
-        return text.to_owned();
-    }
-    let mut end = MAX_EVENT_TEXT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 
 fn block_text(block: &ContentBlock) -> String {

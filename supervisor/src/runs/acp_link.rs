@@ -520,36 +520,51 @@ async fn prompts(
             job = jobs.recv() => job,
             _ = gone.wait_for(|gone| *gone) => None,
         };
-        let Some(job) = job else { break };
+        let Some(mut job) = job else { break };
         {
             let mut current = shared.lock_current();
             *current = Current { out: Some(job.out.clone()), ..Default::default() };
         }
         let deadline = tokio::time::Instant::now() + job.timeout;
-        let answer = tokio::time::timeout_at(deadline, async {
+        let late = || cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", job.timeout);
+        let started = tokio::time::timeout_at(deadline, async {
             if session.is_none() {
                 session = Some(start_session(&cx, &shared, &cwd, &mcp).await?);
             }
-            let sid = session.clone().unwrap_or_else(|| SessionId::new(""));
-            let prompt = PromptRequest::new(sid, vec![ContentBlock::Text(TextContent::new(job.text.clone()))]);
-            cx.send_request(prompt).block_task().await
+            Ok::<_, agent_client_protocol::Error>(session.clone().unwrap_or_else(|| SessionId::new("")))
         })
         .await;
-        let answer = match answer {
-            Ok(answer) => answer.map(|r| r.stop_reason),
-            // Past its timeout the prompt is cancelled; an agent that does not answer
-            // that soon is killed (the connection ends below).
+        let answer = match started {
+            Ok(Ok(sid)) => {
+                let prompt = PromptRequest::new(
+                    sid.clone(),
+                    vec![ContentBlock::Text(TextContent::new(std::mem::take(&mut job.text)))],
+                );
+                let asked = cx.send_request(prompt).block_task();
+                tokio::pin!(asked);
+                match tokio::time::timeout_at(deadline, &mut asked).await {
+                    Ok(answer) => answer.map(|r| r.stop_reason),
+                    // Past its timeout the prompt is cancelled, as ACP has a client do;
+                    // an agent that does not answer that soon is killed (the connection
+                    // ends with this loop).
+                    Err(_) => {
+                        let _ = cx.send_notification(CancelNotification::new(sid));
+                        shared.flush_text();
+                        let _ = job.out.send(Err(late())).await;
+                        shared.lock_current().out = None;
+                        drop(job);
+                        if tokio::time::timeout(CANCEL_GRACE, &mut asked).await.is_err() {
+                            return Err(refused("the agent did not answer its cancelled prompt"));
+                        }
+                        continue;
+                    }
+                }
+            }
+            Ok(Err(e)) => Err(e),
             Err(_) => {
-                if let Some(sid) = &session {
-                    let _ = cx.send_notification(CancelNotification::new(sid.clone()));
-                }
-                let late = cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", job.timeout);
-                let _ = job.out.send(Err(late)).await;
+                let _ = job.out.send(Err(late())).await;
                 shared.lock_current().out = None;
-                if session.is_none() {
-                    return Err(refused("the agent did not start its session in time"));
-                }
-                continue;
+                return Err(refused("the agent did not start its session in time"));
             }
         };
         shared.flush_text();
@@ -560,6 +575,8 @@ async fn prompts(
                 shared.emit(AgentEvent { kind: "agent_result", payload: json!({ "subtype": reason, "result": "" }) });
                 let code = if stop == StopReason::EndTurn { 0 } else { 1 };
                 let exit = pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false };
+                // The last message waits for a slow reader, a while; the steps before
+                // it were dropped for one that did not keep up.
                 let last = job.out.send(Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
                 let _ = tokio::time::timeout(CANCEL_GRACE, last).await;
                 shared.lock_current().out = None;

@@ -20,7 +20,7 @@ pub const MCP_CONFIG_FILE: &str = "claude-mcp.json";
 /// rules and modes) and every MCP tool (only the product's own pass).
 pub const HOOKED: &[&str] = &["Bash", "Write|Edit|MultiEdit|NotebookEdit", "mcp__.*"];
 /// The most of one event's text kept in the event log.
-const MAX_EVENT_TEXT: usize = 16 * 1024;
+pub(super) const MAX_EVENT_TEXT: usize = 16 * 1024;
 
 /// The hook's own deadline, and the timeout Claude Code is told, which is later: the
 /// hook answers deny itself before Claude Code would give up on it and run the tool.
@@ -178,7 +178,7 @@ pub struct AgentEvent {
     pub payload: Value,
 }
 
-fn clipped(text: &str) -> String {
+pub(super) fn clipped(text: &str) -> String {
     if text.len() <= MAX_EVENT_TEXT {
         return text.to_owned();
     }

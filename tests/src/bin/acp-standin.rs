@@ -13,7 +13,9 @@
 //! - `connect ADDR`: a TCP connection of the agent's own, with no proxy;
 //! - `getenv NAME`: the variable as the agent's process has it;
 //! - `wait SECONDS`: a thought ("waiting", at once) and a pause, for a test that acts
-//!   on an agent in the middle of a prompt;
+//!   on an agent in the middle of a prompt; `session/cancel` ends it, and the prompt
+//!   answers `cancelled`;
+//! - `deaf SECONDS`: the same pause, which nothing ends;
 //! - `exit CODE`: the process exits mid-prompt.
 
 use agent_client_protocol::v1::schema::{
@@ -25,6 +27,10 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Stdio};
+
+/// Told of each `session/cancel`.
+static CANCELLED: std::sync::LazyLock<tokio::sync::Notify> = std::sync::LazyLock::new(tokio::sync::Notify::new);
+static WAS_CANCELLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> agent_client_protocol::Result<()> {
@@ -45,6 +51,14 @@ async fn main() -> agent_client_protocol::Result<()> {
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_notification(
+            async move |_cancel: agent_client_protocol::v1::schema::CancelNotification, _cx| {
+                WAS_CANCELLED.store(true, std::sync::atomic::Ordering::SeqCst);
+                CANCELLED.notify_waiters();
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
         .on_receive_request(
             async move |prompt: PromptRequest, responder: Responder<PromptResponse>, cx: ConnectionTo<Client>| {
                 // The steps ask the client and wait for its answers: never in the
@@ -59,9 +73,13 @@ async fn main() -> agent_client_protocol::Result<()> {
                             _ => None,
                         })
                         .collect();
+                    WAS_CANCELLED.store(false, std::sync::atomic::Ordering::SeqCst);
                     for line in script.lines().filter(|l| !l.trim().is_empty()) {
                         let outcome = step(&connection, &prompt.session_id, line).await;
                         say(&connection, &prompt.session_id, &format!("{line} => {outcome}\n"))?;
+                        if WAS_CANCELLED.load(std::sync::atomic::Ordering::SeqCst) {
+                            return responder.respond(PromptResponse::new(StopReason::Cancelled));
+                        }
                     }
                     responder.respond(PromptResponse::new(StopReason::EndTurn))
                 })
@@ -168,11 +186,18 @@ async fn step(cx: &ConnectionTo<Client>, session: &SessionId, line: &str) -> Str
             Err(e) => format!("refused {e}"),
         },
         "getenv" => std::env::var(rest).unwrap_or_else(|_| "unset".into()),
-        "wait" => {
+        "wait" | "deaf" => {
             let thought = ContentChunk::new(ContentBlock::Text(TextContent::new("waiting")));
             let _ = cx.send_notification(SessionNotification::new(sid, SessionUpdate::AgentThoughtChunk(thought)));
-            tokio::time::sleep(std::time::Duration::from_secs(rest.parse().unwrap_or(30))).await;
-            "waited".into()
+            let pause = tokio::time::sleep(std::time::Duration::from_secs(rest.parse().unwrap_or(30)));
+            if verb == "deaf" {
+                pause.await;
+                return "waited".into();
+            }
+            tokio::select! {
+                () = pause => "waited".into(),
+                () = CANCELLED.notified() => "cancelled".into(),
+            }
         }
         "exit" => std::process::exit(rest.parse().unwrap_or(3)),
         other => format!("unknown step {other}"),
