@@ -242,6 +242,9 @@ fn start_bridges(bridges: Vec<(u16, PathBuf)>) -> std::io::Result<()> {
 
 fn join(client: TcpStream, socket: &std::path::Path) {
     let Ok(upstream) = UnixStream::connect(socket) else { return };
+    // As large a send buffer as the system allows (`net.core.wmem_max`), as the gateway
+    // gives its side: a Unix socket's default makes an upload take turns every few pages.
+    let _ = nix::sys::socket::setsockopt(&upstream, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
     let (Ok(mut client_read), Ok(mut upstream_write)) = (client.try_clone(), upstream.try_clone()) else { return };
     let (mut client_write, mut upstream_read) = (client, upstream);
     let up = std::thread::spawn(move || {
@@ -262,11 +265,14 @@ where
     W: std::io::Write + std::os::fd::AsFd,
 {
     use nix::fcntl::{FcntlArg, SpliceFFlags, fcntl, splice};
-    // 256 KiB each way; a pipe the kernel keeps smaller (past the user's pipe
-    // allowance) is no better than a buffered copy, which is done instead.
-    const CHUNK: usize = 256 << 10;
+    // 1 MiB each way (a 256 KiB pipe held a tunnel to a third of loopback's speed: the
+    // two ends took turns every quarter MiB); a pipe the kernel keeps under 64 KiB (past
+    // the user's pipe allowance) is no better than a buffered copy, done instead.
+    const CHUNK: usize = 1 << 20;
     let pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok().filter(|(_, write)| {
-        let _ = fcntl(write, FcntlArg::F_SETPIPE_SZ(CHUNK as i32));
+        if fcntl(write, FcntlArg::F_SETPIPE_SZ(CHUNK as i32)).is_err() {
+            let _ = fcntl(write, FcntlArg::F_SETPIPE_SZ(256 << 10));
+        }
         fcntl(write, FcntlArg::F_GETPIPE_SZ).is_ok_and(|size| size >= 64 << 10)
     });
     let Some((pipe_read, pipe_write)) = pipe else {
