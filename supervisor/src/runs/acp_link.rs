@@ -786,49 +786,32 @@ impl RunManager {
         Ok(AcpLink { jobs, gone })
     }
 
-    /// The agent's launch, with its input: once more on the sandboxd that replaces one
-    /// that died as it was made, and after registering the run again with a sandboxd
-    /// that restarted since (as [`RunManager::launch`] does for every launch).
+    /// The agent's launch, with its input (the launch itself first), through
+    /// [`RunManager::on_sandboxd`].
     async fn launch_agent(
         &self,
         run: &LiveRun,
         launch: sb::LaunchRequest,
     ) -> Result<(tonic::Streaming<sb::LaunchInteractiveResponse>, mpsc::Sender<sb::LaunchInteractiveRequest>), RunError>
     {
-        let is = |status: &Status, reason: &str| cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == reason);
-        let mut replaced = None;
-        for attempt in 0..3 {
-            let (inputs, input_rx) = mpsc::channel::<sb::LaunchInteractiveRequest>(16);
-            let first = sb::LaunchInteractiveRequest { input: Some(Input::Launch(launch.clone())) };
-            let _ = inputs.send(first).await;
-            let (mut sandboxd, pid) = self.channels().sandboxd_except(replaced).await?;
-            let call = sandboxd.launch_interactive(ReceiverStream::new(input_rx));
-            match self.channels().within(HelperKind::Sandboxd, "LaunchInteractive", call).await {
-                Ok(launched) => return Ok((launched.into_inner(), inputs)),
-                Err(status) if attempt < 2 && is(&status, cc_proto::reasons::HELPER_RESTARTING) => replaced = Some(pid),
-                Err(status)
-                    if attempt < 2
-                        && is(&status, cc_proto::reasons::RUN_NOT_FOUND)
-                        && self.live_run(&run.run_id).is_some() =>
-                {
-                    self.reregister(run).await?;
-                }
-                Err(status) => return Err(RunError::Helper(status)),
+        let channels = self.channels().clone();
+        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret| {
+            let (channels, launch) = (channels.clone(), launch.clone());
+            async move {
+                let (inputs, input_rx) = mpsc::channel::<sb::LaunchInteractiveRequest>(16);
+                let _ = inputs.send(sb::LaunchInteractiveRequest { input: Some(Input::Launch(launch)) }).await;
+                let call = sandboxd.launch_interactive(ReceiverStream::new(input_rx));
+                let launched = channels.within(HelperKind::Sandboxd, "LaunchInteractive", call).await?;
+                Ok((launched.into_inner(), inputs))
             }
-        }
-        Err(RunError::HelperGone { helper: "sandboxd", detail: "it restarted while the agent was launched".into() })
+        };
+        self.on_sandboxd(run, "acp", launching).await
     }
 
     /// The product's MCP server, offered to the agent's session: cc-mcp, as the
     /// claude-code adapter gives it.
     fn acp_mcp_server(&self, run: &LiveRun) -> McpServerStdio {
-        let helpers = if self.env.enveloped {
-            super::claude_code::Helpers::enveloped()
-        } else {
-            let agent_socket = self.env.data.gateway_run_dir(&run.record.id).join(super::hook::AGENT_SOCKET);
-            let installed = |name| self.env.runner_program.with_file_name(name);
-            super::claude_code::Helpers::on_host(&installed("cc-hook"), &installed("cc-mcp"), &agent_socket)
-        };
+        let helpers = self.agent_helpers(&run.record.id, false);
         let args = helpers.agent.map(|a| vec!["--agent".to_owned(), a]).unwrap_or_default();
         McpServerStdio::new(super::hook::MCP_SERVER_NAME, helpers.mcp).args(args)
     }

@@ -535,6 +535,19 @@ impl RunManager {
         Ok(())
     }
 
+    /// Where an agent finds cc-hook and cc-mcp: inside its envelope at their fixed
+    /// paths, or, on the host (`on_host`, or no backend here), where they are installed,
+    /// reaching the run's agent socket itself.
+    fn agent_helpers(&self, run_id: &str, on_host: bool) -> claude_code::Helpers {
+        if on_host || !self.env.enveloped {
+            let agent_socket = self.env.data.gateway_run_dir(run_id).join(hook::AGENT_SOCKET);
+            let installed = |name| self.env.runner_program.with_file_name(name);
+            claude_code::Helpers::on_host(&installed("cc-hook"), &installed("cc-mcp"), &agent_socket)
+        } else {
+            claude_code::Helpers::enveloped()
+        }
+    }
+
     pub fn config(&self) -> &RunsConfig {
         &self.env.config
     }
@@ -650,13 +663,7 @@ impl RunManager {
             // run can start: read-only in its overlay envelope. Without one (on purpose,
             // or on a host with no backend) the CLI finds our helpers where they are
             // installed, and they reach the agent socket itself.
-            let helpers = if request.adapter == prompt::CLAUDE_CODE_NOSANDBOX || !self.env.enveloped {
-                let agent_socket = self.env.data.gateway_run_dir(&id).join(hook::AGENT_SOCKET);
-                let installed = |name| self.env.runner_program.with_file_name(name);
-                claude_code::Helpers::on_host(&installed("cc-hook"), &installed("cc-mcp"), &agent_socket)
-            } else {
-                claude_code::Helpers::enveloped()
-            };
+            let helpers = self.agent_helpers(&id, request.adapter == prompt::CLAUDE_CODE_NOSANDBOX);
             let timing = claude_code::HookTiming::for_approvals(self.gate().approvals.timeout().as_millis() as u64);
             let claude = &self.config().claude_code;
             let env = claude_code::environment(Some(&claude.base_url));

@@ -297,23 +297,35 @@ impl RunManager {
         }
     }
 
-    /// Launches `request` through sandboxd: once more on the sandboxd that replaces
-    /// one that died as the call was made, and after registering the run again with a
-    /// sandboxd that restarted since the run started. `tool` names the caller in a
-    /// violation's event.
+    /// Launches `request` through sandboxd (see [`RunManager::on_sandboxd`]). `tool`
+    /// names the caller in a violation's event.
     pub(super) async fn launch(
         &self,
         run: &LiveRun,
         request: sb::LaunchRequest,
         tool: &str,
     ) -> Result<tonic::Streaming<sb::LaunchResponse>, RunError> {
-        let (sandboxd, sandboxd_pid) = self.channels().sandboxd_except(None).await?;
         let channels = self.channels().clone();
-        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret, request| {
-            let channels = channels.clone();
-            async move { channels.within(crate::helpers::HelperKind::Sandboxd, "Launch", sandboxd.launch(request)).await }
+        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret| {
+            let (channels, request) = (channels.clone(), request.clone());
+            async move {
+                let launched = sandboxd.launch(request);
+                channels.within(crate::helpers::HelperKind::Sandboxd, "Launch", launched).await.map(|l| l.into_inner())
+            }
         };
-        let mut attempt = launching(sandboxd, request.clone()).await;
+        self.on_sandboxd(run, tool, launching).await
+    }
+
+    /// Makes a launch `call` of the run's: once more on the sandboxd that replaces one
+    /// that died as the call was made, and after registering the run again with a
+    /// sandboxd that restarted since the run started.
+    pub(super) async fn on_sandboxd<T, F, Fut>(&self, run: &LiveRun, tool: &str, call: F) -> Result<T, RunError>
+    where
+        F: Fn(crate::channels::SandboxdClientWithSecret) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let (sandboxd, sandboxd_pid) = self.channels().sandboxd_except(None).await?;
+        let mut attempt = call(sandboxd).await;
         // sandboxd died as the call was made (the transport failed; sandboxd said
         // nothing): the call waits for the process that replaces it and is made once
         // more. Its command, if it had started, died with the old envelope.
@@ -321,7 +333,7 @@ impl RunManager {
             && is_reason(status, cc_proto::reasons::HELPER_RESTARTING)
         {
             let (sandboxd, _) = self.channels().sandboxd_except(Some(sandboxd_pid)).await?;
-            attempt = launching(sandboxd, request.clone()).await;
+            attempt = call(sandboxd).await;
         }
         // A sandboxd that restarted since the run started, before the run was registered
         // with it again: register it now and launch once more.
@@ -330,10 +342,10 @@ impl RunManager {
             && self.live_run(&run.run_id).is_some()
         {
             self.reregister(run).await?;
-            attempt = launching(self.channels().sandboxd().await?, request).await;
+            attempt = call(self.channels().sandboxd().await?).await;
         }
         match attempt {
-            Ok(launched) => Ok(launched.into_inner()),
+            Ok(launched) => Ok(launched),
             // sandboxd knows no such run, or it ended as the launch was made: the run
             // ended meanwhile, or sandboxd lost it (it restarted).
             Err(status) if sandboxd_lost_or_ended(&status) => Err(self.gone_from_sandboxd(run, &status)),
