@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use agent_client_protocol::v1::schema::{ContentBlock, SessionUpdate, ToolCallStatus, ToolCallUpdateFields, ToolKind};
+use agent_client_protocol::v1::schema::{
+    ContentBlock, PermissionOption, PermissionOptionKind, RequestPermissionOutcome, SelectedPermissionOutcome,
+    SessionUpdate, ToolCallStatus, ToolCallUpdateFields, ToolKind,
+};
 use serde_json::{Value, json};
 
 use super::claude_code::{AgentEvent, MAX_EVENT_TEXT, clipped};
@@ -16,6 +19,13 @@ use super::tools::{Described, gate_path};
 pub const ACP: &str = "acp";
 /// The longest `--agent-command`.
 pub const MAX_AGENT_COMMAND_BYTES: usize = 4096;
+/// The most paths one permission request may name: the gate judges each, and past
+/// this the request is refused rather than judged in part.
+pub const MAX_PERMISSION_PATHS: usize = 64;
+/// The fields of a tool call's raw input that name a path it touches: a move's
+/// destination as much as its source.
+const PATH_FIELDS: &[&str] =
+    &["path", "file_path", "abs_path", "old_path", "new_path", "source", "destination", "target", "from", "to"];
 
 /// The agent's argv from `--agent-command`, split as a POSIX shell splits words
 /// (quotes, no expansion): the agent is started directly, never by a shell.
@@ -45,15 +55,21 @@ pub fn describe_permission(fields: &ToolCallUpdateFields, work_dir: &Path) -> Ho
             .iter()
             .flatten()
             .map(|l| gate_path(&l.path.to_string_lossy(), work_dir))
-            .chain(["path", "file_path", "abs_path"].iter().filter_map(|f| field(f)).map(|p| gate_path(p, work_dir)))
+            .chain(PATH_FIELDS.iter().filter_map(|f| field(f)).map(|p| gate_path(p, work_dir)))
             .collect();
         paths.sort();
         paths.dedup();
         paths
     };
+    let judged = |tool: &'static str, paths: Vec<String>| {
+        if paths.len() > MAX_PERMISSION_PATHS {
+            return Hooked::Refused(format!("the {tool} request names over {MAX_PERMISSION_PATHS} paths"));
+        }
+        Hooked::Gate(Described { tool, paths, command_line: None, domains: vec![] })
+    };
     let files = |tool: &'static str| match paths() {
         paths if paths.is_empty() => Hooked::Refused(format!("the {tool} request names no file")),
-        paths => Hooked::Gate(Described { tool, paths, command_line: None, domains: vec![] }),
+        paths => judged(tool, paths),
     };
     match fields.kind {
         Some(ToolKind::Execute) => {
@@ -73,11 +89,18 @@ pub fn describe_permission(fields: &ToolCallUpdateFields, work_dir: &Path) -> Ho
                 None => Hooked::Refused("the execute request has no command in its raw input".into()),
             }
         }
-        Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move) => files("write"),
+        Some(ToolKind::Edit | ToolKind::Delete) => files("write"),
+        // A move writes where it goes as much as where it comes from: one that does
+        // not say where it goes cannot be judged.
+        Some(ToolKind::Move) => match paths() {
+            paths if paths.len() < 2 => Hooked::Refused("the move request does not name both its ends".into()),
+            paths => judged("write", paths),
+        },
         Some(ToolKind::Read) => files("read"),
+        // A search that names no path searches the run's work directory.
         Some(ToolKind::Search) => match paths() {
-            paths if paths.is_empty() => files("search"),
-            paths => Hooked::Gate(Described { tool: "search", paths, command_line: None, domains: vec![] }),
+            paths if paths.is_empty() => judged("search", vec![".".to_owned()]),
+            paths => judged("search", paths),
         },
         Some(ToolKind::Fetch) => match field("url").and_then(|u| url::Url::parse(u).ok()) {
             Some(url) => match url.host_str() {
@@ -93,6 +116,35 @@ pub fn describe_permission(fields: &ToolCallUpdateFields, work_dir: &Path) -> Ho
         },
         Some(ToolKind::Think) => Hooked::Refused("Control Center has no rule for a think tool call; denied".into()),
         _ => Hooked::Refused("Control Center has no rule for this kind of tool call; denied".into()),
+    }
+}
+
+/// The gate's answer as the agent hears it: an allow only as "allow once" (an
+/// "always" would let the agent stop asking), a denial as "reject once" or, failing
+/// that, "reject always". With no option of that kind the request is cancelled,
+/// which no agent may take as a yes.
+pub fn permission_outcome(options: &[PermissionOption], allowed: bool) -> RequestPermissionOutcome {
+    let wanted: &[PermissionOptionKind] = if allowed {
+        &[PermissionOptionKind::AllowOnce]
+    } else {
+        &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways]
+    };
+    wanted
+        .iter()
+        .find_map(|kind| options.iter().find(|o| o.kind == *kind))
+        .map_or(RequestPermissionOutcome::Cancelled, |o| {
+            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(o.option_id.clone()))
+        })
+}
+
+/// A command's end as the agent hears it: `(code, signal)`. Our init reports a
+/// command killed by a signal as a shell does, 128 + the signal, so under an
+/// envelope such a code is that signal.
+pub fn exit_of(code: Option<i32>, signal: Option<i32>, enveloped: bool) -> (Option<i32>, Option<i32>) {
+    match (code, signal) {
+        (_, Some(signal)) => (None, Some(signal)),
+        (Some(code @ 129..=192), None) if enveloped => (None, Some(code - 128)),
+        other => other,
     }
 }
 
@@ -134,22 +186,25 @@ pub fn terminal_command_line(
 }
 
 /// A terminal's output as ACP keeps it: at most `limit` bytes, the oldest dropped
-/// first, always cut at a character boundary.
+/// first, always cut at a character boundary. The agent's own limit is honoured up
+/// to `most`, which is also the limit when it gives none: a command's output may be
+/// endless, the supervisor's memory is not.
 #[derive(Debug, Default)]
 pub struct OutputTail {
-    limit: Option<usize>,
+    limit: usize,
     bytes: Vec<u8>,
     truncated: bool,
 }
 
 impl OutputTail {
-    pub fn new(limit: Option<usize>) -> Self {
+    pub fn new(asked: Option<u64>, most: usize) -> Self {
+        let limit = asked.map_or(most, |a| usize::try_from(a).unwrap_or(usize::MAX).min(most));
         OutputTail { limit, ..Default::default() }
     }
 
     pub fn push(&mut self, chunk: &[u8]) {
         self.bytes.extend_from_slice(chunk);
-        let Some(limit) = self.limit else { return };
+        let limit = self.limit;
         if self.bytes.len() <= limit {
             return;
         }
@@ -168,6 +223,57 @@ impl OutputTail {
 
     pub fn truncated(&self) -> bool {
         self.truncated
+    }
+}
+
+/// The agent's output cut into its messages, one a line. Each chunk is searched
+/// only where the last search stopped, so a long line arriving in many chunks costs
+/// its length once, not its length for every chunk.
+#[derive(Debug)]
+pub struct LineSplitter {
+    pending: Vec<u8>,
+    scanned: usize,
+    max: usize,
+}
+
+impl LineSplitter {
+    /// Lines of at most `max` bytes, the newline not counted.
+    pub fn new(max: usize) -> Self {
+        LineSplitter { pending: Vec::new(), scanned: 0, max }
+    }
+
+    /// The lines `chunk` completes; `Err` once a line is over the limit, complete or not.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<String>, String> {
+        self.pending.extend_from_slice(chunk);
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for end in self.scanned..self.pending.len() {
+            if self.pending[end] != b'\n' {
+                continue;
+            }
+            if end - start > self.max {
+                return Err(self.too_long());
+            }
+            lines.push(String::from_utf8_lossy(&self.pending[start..end]).into_owned());
+            start = end + 1;
+        }
+        self.pending.drain(..start);
+        self.scanned = self.pending.len();
+        if self.pending.len() > self.max {
+            return Err(self.too_long());
+        }
+        Ok(lines)
+    }
+
+    /// What is left when the output ends: a last line with no newline, if any.
+    pub fn finish(&mut self) -> Option<String> {
+        self.scanned = 0;
+        let rest = std::mem::take(&mut self.pending);
+        (!rest.is_empty()).then(|| String::from_utf8_lossy(&rest).into_owned())
+    }
+
+    fn too_long(&self) -> String {
+        format!("the agent wrote a line over {} bytes", self.max)
     }
 }
 
@@ -291,6 +397,41 @@ mod tests {
             describe_permission(&fields(ToolKind::Read, json!({ "file_path": "src/a.rs" })), w),
             gate("read", &["src/a.rs"], None, &[])
         );
+        // A move is judged at both ends: a harmless source does not carry a secret
+        // destination past the gate.
+        let mv = fields(ToolKind::Move, json!({ "source": "notes.md", "destination": "/w/run/secret/k" }));
+        assert_eq!(describe_permission(&mv, w), gate("write", &["notes.md", "secret/k"], None, &[]));
+        let mv = fields(ToolKind::Move, json!({ "old_path": "a", "new_path": "../../etc/x" }))
+            .locations(vec![ToolCallLocation::new("/w/run/a")]);
+        assert_eq!(describe_permission(&mv, w), gate("write", &["../../etc/x", "a"], None, &[]));
+        // A search that names no path searches the work directory, and is judged so.
+        assert_eq!(describe_permission(&fields(ToolKind::Search, json!({})), w), gate("search", &["."], None, &[]));
+        assert_eq!(
+            describe_permission(&fields(ToolKind::Search, json!({ "path": "src" })), w),
+            gate("search", &["src"], None, &[])
+        );
+    }
+
+    #[test]
+    fn an_allow_is_only_ever_once_and_a_denial_never_an_allow() {
+        let option = |id: &str, kind| PermissionOption::new(id.to_owned(), id.to_owned(), kind);
+        let all = [
+            option("always", PermissionOptionKind::AllowAlways),
+            option("once", PermissionOptionKind::AllowOnce),
+            option("never", PermissionOptionKind::RejectAlways),
+            option("no", PermissionOptionKind::RejectOnce),
+        ];
+        let selected = |outcome| match outcome {
+            RequestPermissionOutcome::Selected(s) => Some(s.option_id.to_string()),
+            _ => None,
+        };
+        assert_eq!(selected(permission_outcome(&all, true)).as_deref(), Some("once"));
+        assert_eq!(selected(permission_outcome(&all, false)).as_deref(), Some("no"));
+        assert_eq!(selected(permission_outcome(&all[..3], false)).as_deref(), Some("never"));
+        // Only "always" on offer: an allow is not widened into it, it is cancelled.
+        assert_eq!(selected(permission_outcome(&all[..1], true)), None);
+        assert_eq!(selected(permission_outcome(&all[..2], false)), None);
+        assert_eq!(selected(permission_outcome(&[], true)), None);
     }
 
     #[test]
@@ -303,6 +444,11 @@ mod tests {
             fields(ToolKind::Edit, json!({})),
             fields(ToolKind::Fetch, json!({ "url": "not a url" })),
             fields(ToolKind::Think, json!({})),
+            fields(ToolKind::Move, json!({ "path": "a" })),
+            fields(ToolKind::Move, json!({ "source": "a", "destination": "./a" })),
+            fields(ToolKind::Read, json!({})).locations(
+                (0..=MAX_PERMISSION_PATHS).map(|i| ToolCallLocation::new(format!("f{i}"))).collect::<Vec<_>>(),
+            ),
             fields(ToolKind::Other, json!({ "command": "ls" })),
             ToolCallUpdateFields::new(),
         ] {
@@ -324,18 +470,51 @@ mod tests {
     }
 
     #[test]
+    fn the_agents_output_is_cut_into_lines_of_bounded_length() {
+        let mut split = LineSplitter::new(8);
+        assert_eq!(split.push(b"{\"a\":1}\n{\"b").unwrap(), ["{\"a\":1}"]);
+        assert!(split.push(b"\":").unwrap().is_empty());
+        assert_eq!(split.push(b"2}\n\n").unwrap(), ["{\"b\":2}", ""]);
+        assert_eq!(split.push(b"last").unwrap(), Vec::<String>::new());
+        assert_eq!(split.finish().as_deref(), Some("last"));
+        assert_eq!(split.finish(), None);
+        // Over the limit, whether the line is complete or still coming.
+        assert!(LineSplitter::new(8).push(b"123456789\n").is_err());
+        let mut split = LineSplitter::new(8);
+        assert!(split.push(b"12345").unwrap().is_empty());
+        assert!(split.push(b"6789").is_err());
+        // A line of exactly the limit is whole, and invalid UTF-8 is replaced.
+        assert_eq!(LineSplitter::new(8).push(b"12345678\n\xff\n").unwrap(), ["12345678", "\u{fffd}"]);
+    }
+
+    #[test]
+    fn a_command_killed_under_an_envelope_ended_by_its_signal() {
+        assert_eq!(exit_of(Some(137), None, true), (None, Some(9)));
+        assert_eq!(exit_of(Some(137), None, false), (Some(137), None));
+        assert_eq!(exit_of(Some(128), None, true), (Some(128), None));
+        assert_eq!(exit_of(Some(193), None, true), (Some(193), None));
+        assert_eq!(exit_of(None, Some(15), false), (None, Some(15)));
+        assert_eq!(exit_of(Some(0), None, true), (Some(0), None));
+    }
+
+    #[test]
     fn a_terminals_output_keeps_its_last_bytes_and_whole_characters() {
-        let mut tail = OutputTail::new(Some(5));
+        let mut tail = OutputTail::new(Some(5), 1 << 20);
         tail.push(b"abc");
         assert_eq!((tail.text(), tail.truncated()), ("abc".to_owned(), false));
         tail.push(b"defg");
         assert_eq!((tail.text(), tail.truncated()), ("cdefg".to_owned(), true));
-        let mut tail = OutputTail::new(Some(4));
+        let mut tail = OutputTail::new(Some(4), 1 << 20);
         tail.push("aé€".as_bytes()); // 1 + 2 + 3 bytes: the last 4 start inside é
         assert_eq!(tail.text(), "€");
-        let mut all = OutputTail::new(None);
-        all.push(&[b'x'; 10_000]);
-        assert_eq!((all.text().len(), all.truncated()), (10_000, false));
+        // No limit of the agent's, or one past ours: ours.
+        for asked in [None, Some(u64::MAX)] {
+            let mut all = OutputTail::new(asked, 10_000);
+            all.push(&[b'x'; 10_000]);
+            assert_eq!((all.text().len(), all.truncated()), (10_000, false));
+            all.push(b"y");
+            assert_eq!((all.text().len(), all.truncated()), (10_000, true));
+        }
     }
 
     #[test]

@@ -12,9 +12,7 @@
 //! and its approvers. Handlers never wait in the connection's dispatch loop: each is
 //! spawned, and at most [`MAX_IN_FLIGHT`] run at once.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,11 +20,10 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest, CreateTerminalResponse,
     FileSystemCapabilities, InitializeRequest, KillTerminalRequest, KillTerminalResponse, McpServer, McpServerStdio,
-    NewSessionRequest, PermissionOptionKind, PromptRequest, ReadTextFileRequest, ReadTextFileResponse,
-    ReleaseTerminalRequest, ReleaseTerminalResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification, StopReason,
-    TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse, TextContent, WaitForTerminalExitRequest,
-    WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
+    NewSessionRequest, PromptRequest, ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest,
+    ReleaseTerminalResponse, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
+    SessionNotification, StopReason, TerminalOutputRequest, TerminalOutputResponse, TextContent,
+    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -44,8 +41,9 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::acp::{self, OutputTail};
-use super::claude_code::AgentEvent;
+use super::acp;
+use super::acp_terminal::Terminals;
+use super::claude_code::{AgentEvent, clipped};
 use super::hook::Hooked;
 use super::{LiveRun, RunError, RunManager};
 use crate::helpers::HelperKind;
@@ -53,8 +51,6 @@ use crate::ids::RunId;
 
 /// Requests of the agent's served at once; past it, one is refused at once.
 const MAX_IN_FLIGHT: usize = 32;
-/// Terminals a run's agent holds at once (released ones do not count).
-const MAX_TERMINALS: usize = 16;
 /// A line of the agent's longer than this ends the connection: no message of ours
 /// to answer is that long, and the supervisor must not hold more.
 const MAX_LINE_BYTES: usize = 16 << 20;
@@ -67,6 +63,8 @@ const MAX_EVENTS_PER_PROMPT: u32 = 10_000;
 /// How long a prompt cancelled at its timeout may take to answer before the agent is
 /// killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
+/// Why a permission request was answered "cancelled".
+const CANCELLED_FIRST: &str = "the prompt was cancelled before the gate answered";
 /// The most a `fs/read_text_file` returns.
 const MAX_READ_BYTES: usize = 8 << 20;
 
@@ -82,8 +80,33 @@ struct PromptJob {
     text: String,
     timeout: Duration,
     out: Out,
-    /// Held until the prompt is answered: one prompt at a time per run.
+    /// Held until the prompt is over, a cancelled one's answer included: one prompt
+    /// at a time per run.
     _session: tokio::sync::OwnedMutexGuard<Option<String>>,
+    /// Whether its caller has had its last word.
+    answered: bool,
+}
+
+impl PromptJob {
+    /// The caller's last word: the prompt's end or why it failed. The end waits for a
+    /// slow reader, a while; the steps before it were dropped for one that did not
+    /// keep up.
+    async fn answer(&mut self, last: Result<pb::PromptRunResponse, Status>) {
+        self.answered = true;
+        let _ = tokio::time::timeout(CANCEL_GRACE, self.out.send(last)).await;
+    }
+}
+
+impl Drop for PromptJob {
+    /// A prompt the connection dropped, queued or in flight, as it ended: its caller
+    /// hears so rather than seeing its stream end without a word.
+    fn drop(&mut self) {
+        if !self.answered {
+            let lost =
+                RunError::AgentFailed("the ACP agent's connection ended before it answered; send it again".into());
+            let _ = self.out.try_send(Err(Status::from(lost)));
+        }
+    }
 }
 
 /// What the handlers and the prompt loop share.
@@ -92,14 +115,16 @@ struct Shared {
     run_id: RunId,
     subject: String,
     current: Mutex<Current>,
-    terminals: Mutex<HashMap<String, Arc<Terminal>>>,
-    next_terminal: AtomicU64,
+    terminals: Terminals,
     in_flight: Arc<Semaphore>,
     /// How the agent's process ended, once it has.
     ended: Mutex<Option<String>>,
     /// Whether its launch's stream has ended: an idle agent's end is noticed here, so
     /// that the next prompt starts a new one rather than writing to the dead one.
     gone: watch::Sender<bool>,
+    /// Bumped at each `session/cancel` we send, which answers the permission requests
+    /// still waiting on the gate.
+    cancels: watch::Sender<u64>,
 }
 
 /// The prompt in flight.
@@ -111,18 +136,12 @@ struct Current {
     stderr_sent: u64,
 }
 
-struct Terminal {
-    output: Mutex<OutputTail>,
-    exit: watch::Sender<Option<TerminalExitStatus>>,
-    reader: Mutex<Option<tokio::task::AbortHandle>>,
-}
-
-fn refused(message: impl Into<String>) -> agent_client_protocol::Error {
+pub(super) fn refused(message: impl Into<String>) -> agent_client_protocol::Error {
     // A server-defined JSON-RPC code: the request was understood and refused.
     agent_client_protocol::Error::new(-32001, message.into())
 }
 
-fn run_error(e: RunError) -> agent_client_protocol::Error {
+pub(super) fn run_error(e: RunError) -> agent_client_protocol::Error {
     match e {
         RunError::GateDenied { reason, .. } | RunError::NoApprover(reason) => {
             refused(format!("Control Center policy: {reason}"))
@@ -278,144 +297,46 @@ impl Shared {
         Ok(WriteTextFileResponse::new())
     }
 
-    /// The gate's answer, through its approvers when a rule asks: the agent hears it
-    /// as the option of the matching kind, once (an "always" would let it stop asking).
+    /// The gate's answer, through its approvers when a rule asks (see
+    /// [`acp::permission_outcome`]). A prompt cancelled meanwhile has its pending
+    /// requests answered "cancelled", as ACP asks of a client, and their asks withdrawn.
     async fn permission(
         self: Arc<Self>,
         request: RequestPermissionRequest,
     ) -> Result<RequestPermissionResponse, agent_client_protocol::Error> {
+        let mut cancels = self.cancels.subscribe();
         let run = self.live()?;
         let described = acp::describe_permission(&request.tool_call.fields, &run.record.work_dir);
         let (allowed, reason) = match described {
-            Hooked::Gate(described) => match self.manager.ask_gate(&run, &described, true).await {
-                Ok(()) => (true, "allowed by Control Center".to_owned()),
-                Err(e) => (false, run_error(e).message),
+            Hooked::Gate(described) => tokio::select! {
+                decided = self.manager.ask_gate(&run, &described, true) => match decided {
+                    Ok(()) => (true, "allowed by Control Center".to_owned()),
+                    Err(e) => (false, run_error(e).message),
+                },
+                _ = cancels.changed() => (false, CANCELLED_FIRST.to_owned()),
             },
             Hooked::OwnTool => (false, "not a tool call Control Center judges".into()),
             Hooked::Refused(why) => (false, format!("Control Center: {why}")),
         };
-        let wanted: &[PermissionOptionKind] = if allowed {
-            &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways]
+        // Cancelled while the gate was asked, or as it answered.
+        let cancelled = reason == CANCELLED_FIRST || cancels.has_changed().unwrap_or(true);
+        let outcome = if cancelled {
+            RequestPermissionOutcome::Cancelled
         } else {
-            &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways]
+            acp::permission_outcome(&request.options, allowed)
         };
-        let option = wanted
-            .iter()
-            .find_map(|kind| request.options.iter().find(|o| o.kind == *kind))
-            .map(|o| o.option_id.clone());
-        let payload = json!({
-            "tool_call": request.tool_call.tool_call_id.to_string(),
-            "title": request.tool_call.fields.title,
-            "allowed": allowed,
-            "reason": reason,
+        let title = request.tool_call.fields.title.as_deref().map(clipped);
+        self.emit(AgentEvent {
+            kind: "agent_permission",
+            payload: json!({
+                "tool_call": clipped(&request.tool_call.tool_call_id.to_string()),
+                "title": title,
+                "allowed": allowed && !cancelled,
+                "reason": reason,
+            }),
         });
-        self.manager.events().record("agent_permission", &self.subject, payload);
-        let outcome = match option {
-            Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
-            // No option says what the gate decided: the request is cancelled, which no
-            // agent may take as a yes.
-            None => RequestPermissionOutcome::Cancelled,
-        };
         Ok(RequestPermissionResponse::new(outcome))
     }
-
-    fn terminal(&self, id: &str) -> Result<Arc<Terminal>, agent_client_protocol::Error> {
-        let terminals = self.terminals.lock().unwrap_or_else(|p| p.into_inner());
-        terminals.get(id).cloned().ok_or_else(|| refused(format!("no terminal {id:?}")))
-    }
-
-    async fn create_terminal(
-        self: Arc<Self>,
-        request: CreateTerminalRequest,
-    ) -> Result<CreateTerminalResponse, agent_client_protocol::Error> {
-        let env: Vec<(String, String)> = request.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
-        let line = acp::terminal_command_line(&request.command, &request.args, &env, request.cwd.as_deref())
-            .map_err(|e| refused(format!("Control Center: {e}")))?;
-        if self.terminals.lock().unwrap_or_else(|p| p.into_inner()).len() >= MAX_TERMINALS {
-            return Err(refused(format!("Control Center: at most {MAX_TERMINALS} terminals at once; release one")));
-        }
-        let limit = request.output_byte_limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-        let bash = pb::BashArgs { command: line, timeout_seconds: 0 };
-        // The gate first, then the harness's bash envelope, as `ccctl tool bash`.
-        let mut events = self
-            .manager
-            .call_tool(&self.run_id, Some(pb::call_tool_request::Tool::Bash(bash)))
-            .await
-            .map_err(run_error)?;
-        let (exit, _) = watch::channel(None);
-        let terminal =
-            Arc::new(Terminal { output: Mutex::new(OutputTail::new(limit)), exit, reader: Mutex::new(None) });
-        let reading = terminal.clone();
-        let reader = tokio::spawn(async move {
-            let mut status = TerminalExitStatus::new();
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(pb::CallToolResponse { event: Some(ToolEvent::Stdout(b) | ToolEvent::Stderr(b)) }) => {
-                        reading.output.lock().unwrap_or_else(|p| p.into_inner()).push(&b);
-                    }
-                    Ok(pb::CallToolResponse { event: Some(ToolEvent::Exit(e)) }) => {
-                        status = TerminalExitStatus::new()
-                            .exit_code(e.code.and_then(|c| u32::try_from(c).ok()))
-                            .signal(e.signal.map(signal_name));
-                    }
-                    Ok(_) => {}
-                    Err(s) => {
-                        let note = format!("\ncc: the terminal's command was lost: {}\n", s.message());
-                        reading.output.lock().unwrap_or_else(|p| p.into_inner()).push(note.as_bytes());
-                        status = TerminalExitStatus::new().signal(Some("SIGKILL".to_owned()));
-                    }
-                }
-            }
-            reading.exit.send_replace(Some(status));
-        });
-        *terminal.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.abort_handle());
-        let id = format!("term-{}", self.next_terminal.fetch_add(1, Ordering::Relaxed) + 1);
-        self.terminals.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), terminal);
-        Ok(CreateTerminalResponse::new(id))
-    }
-
-    fn terminal_output(
-        &self,
-        request: &TerminalOutputRequest,
-    ) -> Result<TerminalOutputResponse, agent_client_protocol::Error> {
-        let terminal = self.terminal(&request.terminal_id.to_string())?;
-        let output = terminal.output.lock().unwrap_or_else(|p| p.into_inner());
-        let exit = terminal.exit.borrow().clone();
-        Ok(TerminalOutputResponse::new(output.text(), output.truncated()).exit_status(exit))
-    }
-
-    async fn wait_for_exit(
-        self: Arc<Self>,
-        request: WaitForTerminalExitRequest,
-    ) -> Result<WaitForTerminalExitResponse, agent_client_protocol::Error> {
-        let terminal = self.terminal(&request.terminal_id.to_string())?;
-        let mut exit = terminal.exit.subscribe();
-        // The command's own timeout (bash's) bounds this wait.
-        let status = exit.wait_for(Option::is_some).await.map_err(|_| refused("the terminal was released"))?.clone();
-        Ok(WaitForTerminalExitResponse::new(status.unwrap_or_default()))
-    }
-
-    /// Kills the command: dropping its launch's stream makes sandboxd kill it.
-    fn kill_terminal(&self, id: &str) -> Result<(), agent_client_protocol::Error> {
-        let terminal = self.terminal(id)?;
-        if let Some(reader) = terminal.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            reader.abort();
-        }
-        terminal.exit.send_if_modified(|exit| {
-            exit.is_none().then(|| *exit = Some(TerminalExitStatus::new().signal(Some("SIGKILL".to_owned())))).is_some()
-        });
-        Ok(())
-    }
-
-    fn release_terminal(&self, id: &str) -> Result<(), agent_client_protocol::Error> {
-        self.kill_terminal(id)?;
-        self.terminals.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
-        Ok(())
-    }
-}
-
-fn signal_name(signal: i32) -> String {
-    nix::sys::signal::Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned())
 }
 
 /// The client side of the connection, every request of the agent's served by `shared`.
@@ -469,26 +390,32 @@ async fn serve_agent(
             async move |r: CreateTerminalRequest,
                         responder: Responder<CreateTerminalResponse>,
                         cx: ConnectionTo<Agent>| {
-                s5.serve(&cx, responder, s5.clone().create_terminal(r))
+                let s = s5.clone();
+                let enveloped = s.manager.env.enveloped;
+                s5.serve(&cx, responder, async move { s.terminals.create(&s.manager, &s.run_id, r, enveloped).await })
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
             async move |r: TerminalOutputRequest, responder: Responder<TerminalOutputResponse>, _cx| {
-                responder.respond_with_result(s6.terminal_output(&r))
+                responder.respond_with_result(s6.terminals.output(&r.terminal_id.to_string()))
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
             async move |r: WaitForTerminalExitRequest,
                         responder: Responder<WaitForTerminalExitResponse>,
-                        cx: ConnectionTo<Agent>| { s7.serve(&cx, responder, s7.clone().wait_for_exit(r)) },
+                        cx: ConnectionTo<Agent>| {
+                let s = s7.clone();
+                let waited = async move { s.terminals.wait_for_exit(&r.terminal_id.to_string()).await };
+                s7.serve(&cx, responder, async move { waited.await.map(WaitForTerminalExitResponse::new) })
+            },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
             async move |r: KillTerminalRequest, responder: Responder<KillTerminalResponse>, _cx| {
                 responder.respond_with_result(
-                    s8.kill_terminal(&r.terminal_id.to_string()).map(|()| KillTerminalResponse::new()),
+                    s8.terminals.kill(&r.terminal_id.to_string()).map(|()| KillTerminalResponse::new()),
                 )
             },
             agent_client_protocol::on_receive_request!(),
@@ -496,7 +423,7 @@ async fn serve_agent(
         .on_receive_request(
             async move |r: ReleaseTerminalRequest, responder: Responder<ReleaseTerminalResponse>, _cx| {
                 responder.respond_with_result(
-                    s9.release_terminal(&r.terminal_id.to_string()).map(|()| ReleaseTerminalResponse::new()),
+                    s9.terminals.release(&r.terminal_id.to_string()).map(|()| ReleaseTerminalResponse::new()),
                 )
             },
             agent_client_protocol::on_receive_request!(),
@@ -505,7 +432,8 @@ async fn serve_agent(
         .await
 }
 
-/// The prompts, one at a time, each answered on its own stream.
+/// The prompts, one at a time, each answered on its own stream. An error returned
+/// ends the connection, and the agent with it.
 async fn prompts(
     cx: ConnectionTo<Agent>,
     shared: Arc<Shared>,
@@ -517,16 +445,15 @@ async fn prompts(
     let mut gone = shared.gone.subscribe();
     loop {
         let job = tokio::select! {
-            job = jobs.recv() => job,
+            biased;
             _ = gone.wait_for(|gone| *gone) => None,
+            job = jobs.recv() => job,
         };
         let Some(mut job) = job else { break };
-        {
-            let mut current = shared.lock_current();
-            *current = Current { out: Some(job.out.clone()), ..Default::default() };
-        }
+        shared.lock_current().out = Some(job.out.clone());
         let deadline = tokio::time::Instant::now() + job.timeout;
-        let late = || cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", job.timeout);
+        let timeout = job.timeout;
+        let late = move || cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", timeout);
         let started = tokio::time::timeout_at(deadline, async {
             if session.is_none() {
                 session = Some(start_session(&cx, &shared, &cwd, &mcp).await?);
@@ -534,64 +461,88 @@ async fn prompts(
             Ok::<_, agent_client_protocol::Error>(session.clone().unwrap_or_else(|| SessionId::new("")))
         })
         .await;
-        let answer = match started {
-            Ok(Ok(sid)) => {
-                let prompt = PromptRequest::new(
-                    sid.clone(),
-                    vec![ContentBlock::Text(TextContent::new(std::mem::take(&mut job.text)))],
-                );
-                let asked = cx.send_request(prompt).block_task();
-                tokio::pin!(asked);
-                match tokio::time::timeout_at(deadline, &mut asked).await {
-                    Ok(answer) => answer.map(|r| r.stop_reason),
-                    // Past its timeout the prompt is cancelled, as ACP has a client do;
-                    // an agent that does not answer that soon is killed (the connection
-                    // ends with this loop).
-                    Err(_) => {
-                        let _ = cx.send_notification(CancelNotification::new(sid));
-                        shared.flush_text();
-                        let _ = job.out.send(Err(late())).await;
-                        shared.lock_current().out = None;
-                        drop(job);
-                        if tokio::time::timeout(CANCEL_GRACE, &mut asked).await.is_err() {
-                            return Err(refused("the agent did not answer its cancelled prompt"));
-                        }
-                        continue;
-                    }
-                }
+        let sid = match started {
+            Ok(Ok(sid)) => sid,
+            Ok(Err(e)) => {
+                let known = shared.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+                let why = if known {
+                    shared.agent_gone()
+                } else {
+                    format!("the ACP agent did not start a session: {}", e.message)
+                };
+                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why)))).await;
+                return Err(e);
             }
-            Ok(Err(e)) => Err(e),
             Err(_) => {
-                let _ = job.out.send(Err(late())).await;
-                shared.lock_current().out = None;
+                end_prompt(&shared, &mut job, Err(late())).await;
                 return Err(refused("the agent did not start its session in time"));
             }
         };
-        shared.flush_text();
+        let text = std::mem::take(&mut job.text);
+        let prompt = PromptRequest::new(sid.clone(), vec![ContentBlock::Text(TextContent::new(text))]);
+        let asked = cx.send_request(prompt).block_task();
+        tokio::pin!(asked);
+        let answered = tokio::select! {
+            answer = &mut asked => Some(answer),
+            _ = tokio::time::sleep_until(deadline) => None,
+            // Its caller went away (ccctl was interrupted): no one wants the answer.
+            _ = job.out.closed() => None,
+        };
+        let Some(answer) = answered else {
+            // The prompt is cancelled, as ACP has a client do, and its permission
+            // requests still waiting on the gate are answered "cancelled". What the
+            // agent says until it answers still reaches the caller, who then hears of
+            // the timeout; an agent that does not answer soon is killed (the
+            // connection ends with this loop). The run's next prompt waits for this.
+            let _ = cx.send_notification(CancelNotification::new(sid));
+            shared.cancels.send_modify(|n| *n += 1);
+            let stopped = tokio::time::timeout(CANCEL_GRACE, &mut asked).await.is_ok();
+            end_prompt(&shared, &mut job, Err(late())).await;
+            if !stopped {
+                return Err(refused("the agent did not answer its cancelled prompt"));
+            }
+            continue;
+        };
         match answer {
-            Ok(stop) => {
+            Ok(response) => {
+                let stop = response.stop_reason;
+                shared.flush_text();
                 let reason = serde_json::to_value(stop).ok().and_then(|v| v.as_str().map(str::to_owned));
                 let reason = reason.unwrap_or_else(|| "unknown".into());
                 shared.emit(AgentEvent { kind: "agent_result", payload: json!({ "subtype": reason, "result": "" }) });
                 let code = if stop == StopReason::EndTurn { 0 } else { 1 };
                 let exit = pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false };
-                // The last message waits for a slow reader, a while; the steps before
-                // it were dropped for one that did not keep up.
-                let last = job.out.send(Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
-                let _ = tokio::time::timeout(CANCEL_GRACE, last).await;
-                shared.lock_current().out = None;
+                end_prompt(&shared, &mut job, Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) })).await;
+            }
+            // The agent answered the prompt with an error and lives on: the prompt
+            // failed, the agent and its session did not. (A request whose answer the
+            // connection lost fails with the library's "never received" error: the
+            // connection is over then, and so is the agent.)
+            Err(e) if !*gone.borrow() && !lost_answer(&e) => {
+                let why = format!("the ACP agent answered the prompt with an error: {} ({})", e.message, e.code);
+                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why)))).await;
             }
             Err(e) => {
                 let known = shared.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some();
                 let why = if known { shared.agent_gone() } else { format!("{} ({})", shared.agent_gone(), e.message) };
-                let gone = RunError::AgentFailed(why);
-                let _ = job.out.send(Err(Status::from(gone))).await;
-                shared.lock_current().out = None;
+                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why)))).await;
                 return Err(e);
             }
         }
     }
     Ok(())
+}
+
+fn lost_answer(e: &agent_client_protocol::Error) -> bool {
+    e.code == agent_client_protocol::ErrorCode::INTERNAL_ERROR
+        && e.data.as_ref().and_then(serde_json::Value::as_str).is_some_and(|d| d.contains("never received"))
+}
+
+/// Answers the prompt in flight with `last`, its gathered text first.
+async fn end_prompt(shared: &Shared, job: &mut PromptJob, last: Result<pb::PromptRunResponse, Status>) {
+    shared.flush_text();
+    job.answer(last).await;
+    *shared.lock_current() = Current::default();
 }
 
 async fn start_session(
@@ -629,7 +580,7 @@ async fn pump(
     shared: Arc<Shared>,
     enveloped: bool,
 ) {
-    let mut pending: Vec<u8> = Vec::new();
+    let mut split = acp::LineSplitter::new(MAX_LINE_BYTES);
     let ended = loop {
         let event = match launched.next().await {
             Some(Ok(sb::LaunchInteractiveResponse { event: Some(sb::LaunchResponse { event }) })) => event,
@@ -638,23 +589,21 @@ async fn pump(
             None => break "was lost: sandboxd's stream ended".to_owned(),
         };
         match event {
-            Some(LaunchEvent::Stdout(chunk)) => {
-                pending.extend_from_slice(&chunk);
-                while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=end).collect();
-                    let line = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
-                    if lines.send(Ok(line)).await.is_err() {
-                        return;
+            Some(LaunchEvent::Stdout(chunk)) => match split.push(&chunk) {
+                Ok(complete) => {
+                    for line in complete {
+                        if lines.send(Ok(line)).await.is_err() {
+                            return;
+                        }
                     }
                 }
-                if pending.len() > MAX_LINE_BYTES {
-                    let too_long = std::io::Error::other(format!("the agent wrote a line over {MAX_LINE_BYTES} bytes"));
-                    let _ = lines.send(Err(too_long)).await;
+                Err(too_long) => {
                     *shared.ended.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(format!("wrote a line over {MAX_LINE_BYTES} bytes and was stopped"));
+                    let _ = lines.send(Err(std::io::Error::other(too_long))).await;
                     return;
                 }
-            }
+            },
             Some(LaunchEvent::Stderr(chunk)) => shared.stderr(&chunk),
             Some(LaunchEvent::Violation(v)) => {
                 let payload =
@@ -662,10 +611,8 @@ async fn pump(
                 shared.manager.events().record("sandbox_violation", &shared.subject, payload);
             }
             Some(LaunchEvent::Exit(e)) => {
-                let how = match (e.code, e.signal) {
+                let how = match acp::exit_of(e.code, e.signal, enveloped) {
                     (_, Some(signal)) => format!("signal {signal}"),
-                    // Our init reports a command killed by a signal as a shell does.
-                    (Some(code @ 129..=192), None) if enveloped => format!("signal {}", code - 128),
                     (Some(code), None) => format!("code {code}"),
                     (None, None) => "status unknown".into(),
                 };
@@ -680,6 +627,10 @@ async fn pump(
         }
     };
     *shared.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(ended);
+    // A last message the agent wrote without its newline before it ended.
+    if let Some(last) = split.finish() {
+        let _ = lines.send(Ok(last)).await;
+    }
 }
 
 type Events = ReceiverStream<Result<pb::PromptRunResponse, Status>>;
@@ -707,7 +658,8 @@ impl RunManager {
             }
         };
         let (out, rx) = mpsc::channel(256);
-        let job = PromptJob { text, timeout: Duration::from_secs(u64::from(timeout)), out, _session: session };
+        let timeout = Duration::from_secs(u64::from(timeout));
+        let job = PromptJob { text, timeout, out, _session: session, answered: false };
         jobs.send(job)
             .await
             .map_err(|_| RunError::AgentFailed("the ACP agent ended as the prompt was sent; send it again".into()))?;
@@ -731,11 +683,11 @@ impl RunManager {
             run_id: run.run_id.clone(),
             subject: format!("run:{}", run.record.id),
             current: Mutex::default(),
-            terminals: Mutex::default(),
-            next_terminal: AtomicU64::new(0),
+            terminals: Terminals::default(),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             ended: Mutex::default(),
             gone: watch::channel(false).0,
+            cancels: watch::channel(0).0,
         });
         let (line_tx, line_rx) = mpsc::channel(64);
         let gone = shared.gone.subscribe();
@@ -770,11 +722,7 @@ impl RunManager {
             // launch's stream makes sandboxd kill it.
             pump.abort();
             // Its terminals go with it: dropping their readers kills their commands.
-            let terminals: Vec<String> =
-                shared.terminals.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
-            for id in terminals {
-                let _ = shared.release_terminal(&id);
-            }
+            shared.terminals.release_all();
             if let Err(e) = ended {
                 events.record(
                     "agent_disconnected",

@@ -14,6 +14,7 @@
 
 pub mod acp;
 mod acp_link;
+mod acp_terminal;
 pub mod claude_code;
 mod credentials;
 pub mod egress;

@@ -259,7 +259,7 @@ impl RunManager {
         self.ask_gate(&run, &described, false).await?;
         let tool = match tool.map(for_runner) {
             Some(Ok(tool)) => tool,
-            Some(Err(bash)) => return self.bash(&run, bash).await,
+            Some(Err(bash)) => return self.bash(&run, bash, Some(self.config().bash_output_cap_bytes)).await,
             None => return Err(RunError::BadRequest("the call names no tool".into())),
         };
         let mut runner = run.ready_runner(self.deadlines().runner_call()).await?;
@@ -365,10 +365,25 @@ impl RunManager {
         }
     }
 
-    /// bash: in the run's harness_bash envelope, with the configured timeout and
-    /// output cap. Over the cap, the rest is dropped and closing sandboxd's stream kills
-    /// the command's whole process group.
-    async fn bash(&self, run: &LiveRun, call: pb::BashArgs) -> Result<Events, RunError> {
+    /// An ACP agent's terminal: a bash command judged by the gate as `call_tool`'s, run
+    /// for up to the longest timeout a call may ask, its output not capped (the
+    /// terminal keeps only its tail).
+    pub(super) async fn terminal_command(
+        self: &Arc<Self>,
+        run_id: &RunId,
+        command: String,
+    ) -> Result<Events, RunError> {
+        let run = self.require_live(run_id)?;
+        let call = pb::BashArgs { command, timeout_seconds: self.config().bash_max_timeout_seconds };
+        let described = describe(Some(&Tool::Bash(call.clone())), &run.record.work_dir)?;
+        self.ask_gate(&run, &described, false).await?;
+        self.bash(&run, call, None).await
+    }
+
+    /// bash: in the run's harness_bash envelope, with the configured timeout and, when
+    /// `cap` is given, output cap. Over the cap, the rest is dropped and closing
+    /// sandboxd's stream kills the command's whole process group.
+    async fn bash(&self, run: &LiveRun, call: pb::BashArgs, cap: Option<u64>) -> Result<Events, RunError> {
         let config = self.config();
         let timeout = match call.timeout_seconds {
             0 => config.bash_timeout_seconds,
@@ -380,7 +395,7 @@ impl RunManager {
             }
             t => t,
         };
-        let cap = config.bash_output_cap_bytes;
+        let cap = cap.unwrap_or(u64::MAX);
         let request = sb::LaunchRequest {
             run_id: run.record.id.clone(),
             kind: EnvelopeKind::HarnessBash as i32,
@@ -435,7 +450,7 @@ impl RunManager {
                 };
                 let forwarded = match event {
                     Some(LaunchEvent::Stdout(chunk)) | Some(LaunchEvent::Stderr(chunk))
-                        if written + chunk.len() as u64 > cap =>
+                        if written.saturating_add(chunk.len() as u64) > cap =>
                     {
                         let keep = (cap - written) as usize;
                         let _ = send(Event::Stderr(chunk[..keep].to_vec())).await;
