@@ -167,7 +167,9 @@ fn terminals_are_gated_capped_and_killable_and_permissions_go_to_the_gate() {
                   permission execute {\"command\":[\"npm\",\"install\",\"left-pad\"]}\n\
                   permission edit {\"path\":\"secret/k\"}\n\
                   permission edit {\"path\":\"src/ok.rs\"}\n\
-                  permission other {\"command\":\"ls\"}\n";
+                  permission other {\"command\":\"ls\"}\n\
+                  terminal 10 seq 1 300000\n\
+                  terminal 0 kill -TERM $$\n";
     let o = w.outcomes(script);
     assert!(o[0].starts_with("ok exit=Some(3) signal=None truncated=false"), "{}", o[0]);
     assert!(o[0].contains("hi\\n") && o[0].contains("err\\n"), "{}", o[0]);
@@ -185,7 +187,13 @@ fn terminals_are_gated_capped_and_killable_and_permissions_go_to_the_gate() {
             .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.starts_with(b"sleep\x001061")))
     });
     // Permissions: the option of the gate's decision, once; an ask with no approver is no.
-    assert_eq!(&o[4..], ["ok no", "ok yes", "ok no", "ok no", "ok yes", "ok no"]);
+    assert_eq!(&o[4..10], ["ok no", "ok yes", "ok no", "ok no", "ok yes", "ok no"]);
+    // A terminal is a live command, not a call: past the bash output cap (1 MiB) it
+    // runs on, and only its tail is kept.
+    assert!(o[10].starts_with("ok exit=Some(0) signal=None truncated=true bytes=10 "), "{}", o[10]);
+    assert!(o[10].ends_with("\\n300000\\n\""), "{}", o[10]);
+    // A command its signal ended says which, not the shell's 128 + n.
+    assert!(o[11].starts_with("ok exit=None signal=Some(\"SIGTERM\")"), "{}", o[11]);
 
     // With an approver that says yes, the ask is a yes.
     let mut approver = Command::new(bin("ccctl"))
@@ -228,6 +236,16 @@ fn the_agent_lives_for_the_run_and_one_that_dies_is_started_again() {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(err.contains("the ACP agent exited (code 7)") && err.trim_end().lines().count() == 1, "{err}");
     assert_eq!(w.outcomes("say three\n"), ["ok three"], "a new agent serves the next prompt");
+
+    // A prompt the agent answers with an error fails with it; the agent lives on.
+    let third = agents_running(&w);
+    let out = w.prompt("fail the model is overloaded\n");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{}", both(&out));
+    assert!(err.contains("answered the prompt with an error: the model is overloaded"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(w.outcomes("say four\n"), ["ok four"]);
+    assert_eq!(agents_running(&w), third, "the same agent, in the same session");
 
     // A prompt in flight: a second one is refused as busy; kill -9 of the agent fails
     // the first at once.
@@ -333,4 +351,71 @@ fn a_prompt_past_its_timeout_is_cancelled_and_an_agent_deaf_to_that_is_killed() 
     eventually(Duration::from_secs(30), "the deaf agent is killed", || agents_running(&w) != agent);
     assert_eq!(w.outcomes("say again\n"), ["ok again"], "a new agent serves the next prompt");
     assert!(w.events().contains("\"agent_disconnected\""));
+}
+
+#[test]
+fn a_cancelled_prompt_answers_its_pending_permissions_cancelled_and_withdraws_their_questions() {
+    let w = world();
+    // An approver that is there and never answers: the question waits.
+    let mut approver = Command::new(bin("ccctl"))
+        .arg("--data-dir")
+        .arg(&w.f.sup.data_dir)
+        .args(["--json", "approvals", "watch", "--name", "silent"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(approver.stdout.take().unwrap());
+    let mut line = String::new();
+    watched.read_line(&mut line).unwrap();
+    assert!(line.contains("\"watching\""), "{line}");
+    let script = "permission execute {\"command\":\"npm install left-pad\"}\nsay after\n";
+    let out = w.f.sup.ccctl(&["--json", "run", "prompt", &w.run, script, "--timeout", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && err.contains("the prompt's answer"), "{}", both(&out));
+    // What the agent said before it stopped reached the caller: the request was
+    // answered "cancelled", and the agent took no further step.
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("=> ok cancelled"), "{said}");
+    assert!(!said.contains("say after"), "{said}");
+    // The question was put, then withdrawn with the prompt.
+    let mut question = String::new();
+    watched.read_line(&mut question).unwrap();
+    assert!(question.contains("npm install left-pad"), "{question}");
+    let mut resolved = String::new();
+    watched.read_line(&mut resolved).unwrap();
+    assert!(resolved.contains("\"resolved\"") && resolved.contains("the asker went away"), "{resolved}");
+    let events = w.events();
+    assert!(events.contains("cancelled before the gate answered"), "{events}");
+    let agent = agents_running(&w);
+    assert_eq!(w.outcomes("say next\n"), ["ok next"]);
+    assert_eq!(agents_running(&w), agent, "the same agent, which heard the cancel");
+
+    // A caller that goes away (ccctl killed) cancels its prompt: the agent stops,
+    // and the run takes its next prompt.
+    let mut caller = Command::new(bin("ccctl"))
+        .arg("--data-dir")
+        .arg(&w.f.sup.data_dir)
+        .args(["--json", "run", "prompt", &w.run, "wait 300\n", "--timeout", "600"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut streamed = BufReader::new(caller.stdout.take().unwrap());
+    let mut thought = String::new();
+    while !thought.contains("\"agent_thought\"") {
+        thought.clear();
+        assert!(streamed.read_line(&mut thought).unwrap() > 0, "the prompt's stream ended before the agent waited");
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(caller.id() as i32), Signal::SIGKILL).unwrap();
+    caller.wait().unwrap();
+    drop(streamed);
+    eventually(Duration::from_secs(30), "the run takes a prompt again", || {
+        let out = w.prompt("say back\n");
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("=> ok back")
+    });
+    assert_eq!(agents_running(&w), agent, "the agent stopped its prompt rather than being killed");
+    let _ = approver.kill();
+    approver.wait().unwrap();
 }

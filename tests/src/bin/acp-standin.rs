@@ -16,6 +16,7 @@
 //!   on an agent in the middle of a prompt; `session/cancel` ends it, and the prompt
 //!   answers `cancelled`;
 //! - `deaf SECONDS`: the same pause, which nothing ends;
+//! - `fail MESSAGE`: the prompt is answered with a JSON-RPC error (the agent lives on);
 //! - `exit CODE`: the process exits mid-prompt.
 
 use agent_client_protocol::v1::schema::{
@@ -75,6 +76,9 @@ async fn main() -> agent_client_protocol::Result<()> {
                         .collect();
                     WAS_CANCELLED.store(false, std::sync::atomic::Ordering::SeqCst);
                     for line in script.lines().filter(|l| !l.trim().is_empty()) {
+                        if let Some(why) = line.strip_prefix("fail ") {
+                            return responder.respond_with_error(agent_client_protocol::Error::new(-32000, why));
+                        }
                         let outcome = step(&connection, &prompt.session_id, line).await;
                         say(&connection, &prompt.session_id, &format!("{line} => {outcome}\n"))?;
                         if WAS_CANCELLED.load(std::sync::atomic::Ordering::SeqCst) {
@@ -187,6 +191,11 @@ async fn step(cx: &ConnectionTo<Client>, session: &SessionId, line: &str) -> Str
         },
         "getenv" => std::env::var(rest).unwrap_or_else(|_| "unset".into()),
         "wait" | "deaf" => {
+            // Listening for the cancel before anything can prompt it: one sent
+            // between the thought and the wait would otherwise be missed.
+            let cancelled = CANCELLED.notified();
+            tokio::pin!(cancelled);
+            cancelled.as_mut().enable();
             let thought = ContentChunk::new(ContentBlock::Text(TextContent::new("waiting")));
             let _ = cx.send_notification(SessionNotification::new(sid, SessionUpdate::AgentThoughtChunk(thought)));
             let pause = tokio::time::sleep(std::time::Duration::from_secs(rest.parse().unwrap_or(30)));
@@ -196,7 +205,7 @@ async fn step(cx: &ConnectionTo<Client>, session: &SessionId, line: &str) -> Str
             }
             tokio::select! {
                 () = pause => "waited".into(),
-                () = CANCELLED.notified() => "cancelled".into(),
+                () = cancelled => "cancelled".into(),
             }
         }
         "exit" => std::process::exit(rest.parse().unwrap_or(3)),
