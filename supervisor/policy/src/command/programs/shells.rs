@@ -136,8 +136,9 @@ fn fish(args: &[Arg]) -> Invocation<'_> {
     }
 }
 
-/// tcsh and csh: `-c` takes the first operand as the command; `-b` ends options;
-/// `-n` parses only.
+/// tcsh and csh: `-c` takes the next word as the command, whatever it looks like
+/// (`tcsh -c -rfenv` runs `-rfenv`, it does not read `-rfenv` as options); `-b`
+/// ends options; `-n` parses only.
 fn csh(args: &[Arg]) -> Invocation<'_> {
     let mut i = 0;
     let (mut command, mut stdin, mut no_exec) = (false, false, false);
@@ -155,6 +156,9 @@ fn csh(args: &[Arg]) -> Invocation<'_> {
         stdin |= cluster.contains(['s', 'i']);
         no_exec |= cluster.contains('n');
         i += 1;
+        if command {
+            break;
+        }
     }
     after_options(args.get(i..).unwrap_or(&[]), command, stdin, no_exec)
 }
@@ -281,8 +285,12 @@ mod tests {
             ("fish", &["--command", "X"]),
             ("tcsh", &["-fc", "X"]),
             ("csh", &["-e", "-c", "X"]),
+            // csh's -c takes the next word, even one that looks like options.
+            ("tcsh", &["-f", "-c", "-rfenv"]),
+            ("csh", &["-c", "-X"]),
         ] {
-            assert_eq!(command_of(name, words).map(|c| c.0).as_deref(), Some("X"), "{name} {words:?}");
+            let script = words.last().filter(|w| w.starts_with('-')).copied().unwrap_or("X");
+            assert_eq!(command_of(name, words).map(|c| c.0).as_deref(), Some(script), "{name} {words:?}");
         }
     }
 
