@@ -170,7 +170,34 @@ impl Supervisor {
 
     /// Runs ccctl against this supervisor.
     pub fn ccctl(&self, args: &[&str]) -> Output {
-        Command::new(bin("ccctl")).arg("--data-dir").arg(&self.data_dir).args(args).output().expect("run ccctl")
+        self.ccctl_command(args).output().expect("run ccctl")
+    }
+
+    /// ccctl against this supervisor, for a test that spawns it and reads it as it goes.
+    pub fn ccctl_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin("ccctl"));
+        command.arg("--data-dir").arg(&self.data_dir).args(args);
+        command
+    }
+
+    /// `ccctl approvals watch --name NAME EXTRA…`, its stdin held open (an interactive
+    /// approver that is never answered holds its questions), waited for until it says
+    /// it is watching. Its output is read to the end by the caller: a closed pipe would
+    /// end it before it answers.
+    pub fn approver(&self, name: &str, extra: &[&str]) -> (Child, BufReader<ChildStdout>) {
+        let mut child = self
+            .ccctl_command(&["approvals", "watch", "--name", name])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start ccctl approvals watch");
+        let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("read the watcher's first line");
+        assert!(line.contains("watching") && line.contains(name), "{line:?}");
+        (child, out)
     }
 
     /// Runs ccctl with `--json` and parses its output; panics on failure.

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use cc_tests::runs::{Fixture, fixture};
@@ -196,19 +196,8 @@ fn terminals_are_gated_capped_and_killable_and_permissions_go_to_the_gate() {
     assert!(o[11].starts_with("ok exit=None signal=Some(\"SIGTERM\")"), "{}", o[11]);
 
     // With an approver that says yes, the ask is a yes.
-    let mut approver = Command::new(bin("ccctl"))
-        .arg("--data-dir")
-        .arg(&w.f.sup.data_dir)
-        .args(["approvals", "watch", "--name", "acp-test", "--answer", "allow", "--count", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
     // Its output is read to the end: a closed pipe would end it before it answers.
-    let mut questions = BufReader::new(approver.stdout.take().unwrap());
-    let mut line = String::new();
-    questions.read_line(&mut line).unwrap();
-    assert!(line.starts_with("watching for approvals"), "{line}");
+    let (mut approver, mut questions) = w.f.sup.approver("acp-test", &["--answer", "allow", "--count", "1"]);
     let o = w.outcomes("permission execute {\"command\":\"npm install left-pad\"}\n");
     assert_eq!(o, ["ok yes"]);
     assert!(approver.wait().unwrap().success());
@@ -249,14 +238,13 @@ fn the_agent_lives_for_the_run_and_one_that_dies_is_started_again() {
 
     // A prompt in flight: a second one is refused as busy; kill -9 of the agent fails
     // the first at once.
-    let mut waiting = Command::new(bin("ccctl"))
-        .arg("--data-dir")
-        .arg(&w.f.sup.data_dir)
-        .args(["run", "prompt", &w.run, "wait 120", "--timeout", "300"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut waiting =
+        w.f.sup
+            .ccctl_command(&["run", "prompt", &w.run, "wait 120", "--timeout", "300"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
     let mut out = BufReader::new(waiting.stdout.take().unwrap());
     let mut line = String::new();
     while !line.contains("waiting") {
@@ -357,19 +345,7 @@ fn a_prompt_past_its_timeout_is_cancelled_and_an_agent_deaf_to_that_is_killed() 
 fn a_cancelled_prompt_answers_its_pending_permissions_cancelled_and_withdraws_their_questions() {
     let w = world();
     // An approver that is there and never answers: the question waits.
-    let mut approver = Command::new(bin("ccctl"))
-        .arg("--data-dir")
-        .arg(&w.f.sup.data_dir)
-        .args(["--json", "approvals", "watch", "--name", "silent"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut watched = BufReader::new(approver.stdout.take().unwrap());
-    let mut line = String::new();
-    watched.read_line(&mut line).unwrap();
-    assert!(line.contains("\"watching\""), "{line}");
+    let (mut approver, mut watched) = w.f.sup.approver("silent", &["--json"]);
     let script = "permission execute {\"command\":\"npm install left-pad\"}\nsay after\n";
     let out = w.f.sup.ccctl(&["--json", "run", "prompt", &w.run, script, "--timeout", "2"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -394,14 +370,13 @@ fn a_cancelled_prompt_answers_its_pending_permissions_cancelled_and_withdraws_th
 
     // A caller that goes away (ccctl killed) cancels its prompt: the agent stops,
     // and the run takes its next prompt.
-    let mut caller = Command::new(bin("ccctl"))
-        .arg("--data-dir")
-        .arg(&w.f.sup.data_dir)
-        .args(["--json", "run", "prompt", &w.run, "wait 300\n", "--timeout", "600"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut caller =
+        w.f.sup
+            .ccctl_command(&["--json", "run", "prompt", &w.run, "wait 300\n", "--timeout", "600"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
     let mut streamed = BufReader::new(caller.stdout.take().unwrap());
     let mut thought = String::new();
     while !thought.contains("\"agent_thought\"") {

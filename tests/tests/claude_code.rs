@@ -3,7 +3,7 @@
 //! through the run's egress proxy. Each test scripts the tool calls the model makes
 //! and checks what the real CLI then did, and what it told the model.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -262,18 +262,7 @@ fn descendants_running(root: u32, program: &str) -> Vec<u32> {
 fn a_hook_killed_while_its_question_waits_for_an_approver_is_a_deny() {
     let w = world(vec![vec![bash("npm install left-pad; touch installed.txt")], vec![text("finished")]], "");
     // An approver that shows the question and never answers.
-    let mut watcher = Command::new(bin("ccctl"))
-        .arg("--data-dir")
-        .arg(&w.f.sup.data_dir)
-        .args(["approvals", "watch", "--name", "slow"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut questions = BufReader::new(watcher.stdout.take().unwrap());
-    let mut line = String::new();
-    questions.read_line(&mut line).unwrap();
-    assert!(line.starts_with("watching"), "{line}");
+    let (mut watcher, mut questions) = w.f.sup.approver("slow", &[]);
     let prompt = Command::new(bin("ccctl"))
         .arg("--data-dir")
         .arg(&w.f.sup.data_dir)
@@ -282,7 +271,7 @@ fn a_hook_killed_while_its_question_waits_for_an_approver_is_a_deny() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    line.clear();
+    let mut line = String::new();
     questions.read_line(&mut line).unwrap();
     assert!(line.contains("npm install left-pad"), "{line}");
     let hooks = descendants_running(w.f.sup.child.id(), "/run/cc/hook");

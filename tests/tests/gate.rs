@@ -1,14 +1,13 @@
 //! The gate with real clients over the socket (issue 5): approvals that fail closed,
 //! rules files that load or stop start-up, and ccctl's policy, tools and approvals.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use cc_proto::common::v1::{Decision, EffectClass, Mode};
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::watch_approvals_response::Event as Kind;
-use cc_tests::{Options, Supervisor, all_events, bin, payload};
+use cc_tests::{Options, Supervisor, all_events, payload};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -202,36 +201,17 @@ async fn a_question_outlives_one_of_two_approvers_and_goes_to_the_other() {
     assert!(reply.decided_by.starts_with("staying"));
 }
 
-/// `ccctl approvals watch`, started and waited for until it says it is watching.
-fn spawn_watcher(sup: &Supervisor, extra: &[&str]) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(bin("ccctl"))
-        .arg("--data-dir")
-        .arg(&sup.data_dir)
-        .args(["approvals", "watch", "--name", "cli"])
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("watching for approvals as cli"), "{line:?}");
-    (child, out)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ccctl_answers_for_scripts_and_an_approver_killed_mid_question_is_a_deny() {
     let (_tmp, sup) = with_rules("", 300_000);
-    let (mut scripted, _out) = spawn_watcher(&sup, &["--answer", "allow", "--count", "1"]);
+    let (mut scripted, _out) = sup.approver("cli", &["--answer", "allow", "--count", "1"]);
     let reply = decide(&sup, install_action("npm ci")).await;
     assert_eq!(reply.decision, Decision::Allow as i32, "{reply:?}");
     assert!(reply.decided_by.starts_with("cli"), "{reply:?}");
     assert!(scripted.wait().unwrap().success(), "--count 1 exits after one answer");
 
     // An interactive approver that is killed while the question is on its screen.
-    let (mut interactive, mut out) = spawn_watcher(&sup, &[]);
+    let (mut interactive, mut out) = sup.approver("cli", &[]);
     let asking = spawn_decide(&sup, "apt install x");
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
