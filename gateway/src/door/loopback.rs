@@ -68,6 +68,10 @@ impl Loopback {
 pub fn listen(port: u16) -> std::io::Result<TcpListener> {
     let socket = TcpSocket::new_v4()?;
     socket.set_reuseaddr(true)?;
+    // Loopback only: reno rather than a default BBR's pacing timers (see sandboxd's
+    // bridges in its init). Best effort.
+    let reno = std::ffi::OsString::from("reno");
+    let _ = nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::TcpCongestion, &reno);
     socket.bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
     socket.listen(1024)
 }
