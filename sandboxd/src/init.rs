@@ -220,9 +220,6 @@ fn filter_and_bridge(bridges: Vec<(u16, PathBuf)>, allow_unix: bool) -> Result<(
     Ok(())
 }
 
-/// Listens on every bridge's port, then serves each from a thread of its own: when
-/// this returns the ports accept, so the command never races them. The threads run
-/// until the envelope ends.
 /// A bridge's listener on the envelope's loopback, with reno for its connections
 /// (each accepted one inherits it): with BBR, a common default, the kernel paces
 /// every burst on a qdisc-less loopback with a timer of its own, and curl behind the
@@ -235,6 +232,9 @@ fn bridge_listener(port: u16) -> std::io::Result<TcpListener> {
     Ok(listener)
 }
 
+/// Listens on every bridge's port, then serves each from a thread of its own: when
+/// this returns the ports accept, so the command never races them. The threads run
+/// until the envelope ends.
 fn start_bridges(bridges: Vec<(u16, PathBuf)>) -> std::io::Result<()> {
     let mut listeners = Vec::new();
     for (port, socket) in bridges {

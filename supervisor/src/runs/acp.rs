@@ -79,6 +79,8 @@ pub fn describe_permission(fields: &ToolCallUpdateFields, work_dir: &Path) -> Ho
                 let words: Option<Vec<&str>> = argv.iter().map(Value::as_str).collect();
                 shlex::try_join(words?).ok()
             });
+            // An empty command line is no command: nothing for the gate to judge.
+            let command = command.filter(|c| !c.trim().is_empty());
             match command {
                 Some(command) => Hooked::Gate(Described {
                     tool: "bash",
@@ -441,6 +443,8 @@ mod tests {
             fields(ToolKind::Execute, json!({})),
             fields(ToolKind::Execute, json!({ "command": 7 })),
             fields(ToolKind::Execute, json!({ "command": ["a", 1] })),
+            fields(ToolKind::Execute, json!({ "command": [] })),
+            fields(ToolKind::Execute, json!({ "command": "  " })),
             fields(ToolKind::Edit, json!({})),
             fields(ToolKind::Fetch, json!({ "url": "not a url" })),
             fields(ToolKind::Think, json!({})),

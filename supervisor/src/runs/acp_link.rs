@@ -76,24 +76,29 @@ pub struct AcpLink {
 
 type Out = mpsc::Sender<Result<pb::PromptRunResponse, Status>>;
 
+type LastWord = mpsc::OwnedPermit<Result<pb::PromptRunResponse, Status>>;
+
 struct PromptJob {
     text: String,
     timeout: Duration,
+    /// The prompt's steps, dropped for a caller that does not keep up.
     out: Out,
     /// Held until the prompt is over, a cancelled one's answer included: one prompt
     /// at a time per run.
-    _session: tokio::sync::OwnedMutexGuard<Option<String>>,
-    /// Whether its caller has had its last word.
-    answered: bool,
+    session: Option<tokio::sync::OwnedMutexGuard<Option<String>>>,
+    /// The place of the caller's last word, reserved as the prompt was sent: it
+    /// reaches the caller however far behind the steps left it.
+    last: Option<LastWord>,
 }
 
 impl PromptJob {
-    /// The caller's last word: the prompt's end or why it failed. The end waits for a
-    /// slow reader, a while; the steps before it were dropped for one that did not
-    /// keep up.
-    async fn answer(&mut self, last: Result<pb::PromptRunResponse, Status>) {
-        self.answered = true;
-        let _ = tokio::time::timeout(CANCEL_GRACE, self.out.send(last)).await;
+    /// The caller's last word: the prompt's end or why it failed. The run is free for
+    /// its next prompt before the caller hears it.
+    fn answer(&mut self, last: Result<pb::PromptRunResponse, Status>) {
+        self.session.take();
+        if let Some(place) = self.last.take() {
+            place.send(last);
+        }
     }
 }
 
@@ -101,11 +106,8 @@ impl Drop for PromptJob {
     /// A prompt the connection dropped, queued or in flight, as it ended: its caller
     /// hears so rather than seeing its stream end without a word.
     fn drop(&mut self) {
-        if !self.answered {
-            let lost =
-                RunError::AgentFailed("the ACP agent's connection ended before it answered; send it again".into());
-            let _ = self.out.try_send(Err(Status::from(lost)));
-        }
+        let lost = RunError::AgentFailed("the ACP agent's connection ended before it answered; send it again".into());
+        self.answer(Err(Status::from(lost)));
     }
 }
 
@@ -122,9 +124,10 @@ struct Shared {
     /// Whether its launch's stream has ended: an idle agent's end is noticed here, so
     /// that the next prompt starts a new one rather than writing to the dead one.
     gone: watch::Sender<bool>,
-    /// Bumped at each `session/cancel` we send, which answers the permission requests
-    /// still waiting on the gate.
-    cancels: watch::Sender<u64>,
+    /// Set from the `session/cancel` we send until the cancelled prompt is over:
+    /// permission requests waiting on the gate then, or arriving meanwhile, are
+    /// answered "cancelled".
+    cancelling: watch::Sender<bool>,
 }
 
 /// The prompt in flight.
@@ -199,6 +202,11 @@ impl Shared {
         if let Some(out) = &current.out {
             let _ = out.try_send(Ok(pb::PromptRunResponse { event: Some(Event::Stderr(chunk[..keep].to_vec())) }));
         }
+    }
+
+    /// Whether the agent's process is known to have ended (or to have been stopped).
+    fn agent_ended(&self) -> bool {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     fn agent_gone(&self) -> String {
@@ -304,7 +312,7 @@ impl Shared {
         self: Arc<Self>,
         request: RequestPermissionRequest,
     ) -> Result<RequestPermissionResponse, agent_client_protocol::Error> {
-        let mut cancels = self.cancels.subscribe();
+        let mut cancelling = self.cancelling.subscribe();
         let run = self.live()?;
         let described = acp::describe_permission(&request.tool_call.fields, &run.record.work_dir);
         let (allowed, reason) = match described {
@@ -313,13 +321,13 @@ impl Shared {
                     Ok(()) => (true, "allowed by Control Center".to_owned()),
                     Err(e) => (false, run_error(e).message),
                 },
-                _ = cancels.changed() => (false, CANCELLED_FIRST.to_owned()),
+                _ = cancelling.wait_for(|c| *c) => (false, CANCELLED_FIRST.to_owned()),
             },
             Hooked::OwnTool => (false, "not a tool call Control Center judges".into()),
             Hooked::Refused(why) => (false, format!("Control Center: {why}")),
         };
-        // Cancelled while the gate was asked, or as it answered.
-        let cancelled = reason == CANCELLED_FIRST || cancels.has_changed().unwrap_or(true);
+        // Cancelled before the gate answered, or as it answered.
+        let cancelled = reason == CANCELLED_FIRST || *self.cancelling.borrow();
         let outcome = if cancelled {
             RequestPermissionOutcome::Cancelled
         } else {
@@ -450,7 +458,8 @@ async fn prompts(
             job = jobs.recv() => job,
         };
         let Some(mut job) = job else { break };
-        shared.lock_current().out = Some(job.out.clone());
+        // What an idle agent said before is not this prompt's.
+        *shared.lock_current() = Current { out: Some(job.out.clone()), ..Default::default() };
         let deadline = tokio::time::Instant::now() + job.timeout;
         let timeout = job.timeout;
         let late = move || cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", timeout);
@@ -464,17 +473,19 @@ async fn prompts(
         let sid = match started {
             Ok(Ok(sid)) => sid,
             Ok(Err(e)) => {
-                let known = shared.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some();
-                let why = if known {
+                let why = if shared.agent_ended() {
                     shared.agent_gone()
                 } else {
                     format!("the ACP agent did not start a session: {}", e.message)
                 };
-                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why)))).await;
+                // Closed first: a prompt sent as this one is answered starts a new agent.
+                jobs.close();
+                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why))));
                 return Err(e);
             }
             Err(_) => {
-                end_prompt(&shared, &mut job, Err(late())).await;
+                jobs.close();
+                end_prompt(&shared, &mut job, Err(late()));
                 return Err(refused("the agent did not start its session in time"));
             }
         };
@@ -495,9 +506,13 @@ async fn prompts(
             // the timeout; an agent that does not answer soon is killed (the
             // connection ends with this loop). The run's next prompt waits for this.
             let _ = cx.send_notification(CancelNotification::new(sid));
-            shared.cancels.send_modify(|n| *n += 1);
+            shared.cancelling.send_replace(true);
             let stopped = tokio::time::timeout(CANCEL_GRACE, &mut asked).await.is_ok();
-            end_prompt(&shared, &mut job, Err(late())).await;
+            shared.cancelling.send_replace(false);
+            if !stopped {
+                jobs.close();
+            }
+            end_prompt(&shared, &mut job, Err(late()));
             if !stopped {
                 return Err(refused("the agent did not answer its cancelled prompt"));
             }
@@ -512,20 +527,24 @@ async fn prompts(
                 shared.emit(AgentEvent { kind: "agent_result", payload: json!({ "subtype": reason, "result": "" }) });
                 let code = if stop == StopReason::EndTurn { 0 } else { 1 };
                 let exit = pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false };
-                end_prompt(&shared, &mut job, Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) })).await;
+                end_prompt(&shared, &mut job, Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
             }
             // The agent answered the prompt with an error and lives on: the prompt
-            // failed, the agent and its session did not. (A request whose answer the
-            // connection lost fails with the library's "never received" error: the
-            // connection is over then, and so is the agent.)
-            Err(e) if !*gone.borrow() && !lost_answer(&e) => {
+            // failed, the agent and its session did not. The connection's own end is
+            // told apart by a marker the library sets and a peer cannot send, and the
+            // agent's by the end of its output, noted before the connection sees it.
+            Err(e) if !connection_lost(&e) && !shared.agent_ended() => {
                 let why = format!("the ACP agent answered the prompt with an error: {} ({})", e.message, e.code);
-                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why)))).await;
+                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why))));
             }
             Err(e) => {
-                let known = shared.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some();
-                let why = if known { shared.agent_gone() } else { format!("{} ({})", shared.agent_gone(), e.message) };
-                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why)))).await;
+                let why = if shared.agent_ended() {
+                    shared.agent_gone()
+                } else {
+                    format!("{} ({})", shared.agent_gone(), e.message)
+                };
+                jobs.close();
+                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why))));
                 return Err(e);
             }
         }
@@ -533,16 +552,16 @@ async fn prompts(
     Ok(())
 }
 
-fn lost_answer(e: &agent_client_protocol::Error) -> bool {
-    e.code == agent_client_protocol::ErrorCode::INTERNAL_ERROR
-        && e.data.as_ref().and_then(serde_json::Value::as_str).is_some_and(|d| d.contains("never received"))
+fn connection_lost(e: &agent_client_protocol::Error) -> bool {
+    agent_client_protocol::is_incoming_transport_closed(e) || agent_client_protocol::is_connection_terminated(e)
 }
 
-/// Answers the prompt in flight with `last`, its gathered text first.
-async fn end_prompt(shared: &Shared, job: &mut PromptJob, last: Result<pb::PromptRunResponse, Status>) {
+/// Answers the prompt in flight with `last`, its gathered text first; nothing of the
+/// agent's reaches the caller after it.
+fn end_prompt(shared: &Shared, job: &mut PromptJob, last: Result<pb::PromptRunResponse, Status>) {
     shared.flush_text();
-    job.answer(last).await;
     *shared.lock_current() = Current::default();
+    job.answer(last);
 }
 
 async fn start_session(
@@ -658,8 +677,10 @@ impl RunManager {
             }
         };
         let (out, rx) = mpsc::channel(256);
+        let last =
+            out.clone().try_reserve_owned().map_err(|_| RunError::AgentFailed("the prompt's stream closed".into()))?;
         let timeout = Duration::from_secs(u64::from(timeout));
-        let job = PromptJob { text, timeout, out, _session: session, answered: false };
+        let job = PromptJob { text, timeout, out, session: Some(session), last: Some(last) };
         jobs.send(job)
             .await
             .map_err(|_| RunError::AgentFailed("the ACP agent ended as the prompt was sent; send it again".into()))?;
@@ -687,7 +708,7 @@ impl RunManager {
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             ended: Mutex::default(),
             gone: watch::channel(false).0,
-            cancels: watch::channel(0).0,
+            cancelling: watch::channel(false).0,
         });
         let (line_tx, line_rx) = mpsc::channel(64);
         let gone = shared.gone.subscribe();
