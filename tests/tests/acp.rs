@@ -346,8 +346,10 @@ fn a_cancelled_prompt_answers_its_pending_permissions_cancelled_and_withdraws_th
     let w = world();
     // An approver that is there and never answers: the question waits.
     let (mut approver, mut watched) = w.f.sup.approver("silent", &["--json"]);
+    // The agent up first, so that the timeout below is the prompt's alone.
+    assert_eq!(w.outcomes("say up\n"), ["ok up"]);
     let script = "permission execute {\"command\":\"npm install left-pad\"}\nsay after\n";
-    let out = w.f.sup.ccctl(&["--json", "run", "prompt", &w.run, script, "--timeout", "2"]);
+    let out = w.f.sup.ccctl(&["--json", "run", "prompt", &w.run, script, "--timeout", "3"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success() && err.contains("the prompt's answer"), "{}", both(&out));
     // What the agent said before it stopped reached the caller: the request was
