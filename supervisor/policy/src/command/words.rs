@@ -131,6 +131,29 @@ fn starts_with_home(raw: &str) -> bool {
 
 const MAX_NESTING: u32 = 16;
 
+/// brush's word parser backtracks on parentheses left open (an extglob's `+(`,
+/// `@(`…), in time exponential in how deep they go: 27 of them inside a quoted `$(`
+/// took over 10 s (the fuzzer's find). Text deeper than this is not given to it; what
+/// follows each `$(` is analysed as a script instead, never skipped.
+const MAX_PARSED_PARENS: usize = 8;
+
+/// How deep the text's parentheses go, counting every one (quotes included: this
+/// only decides whether the parser may be trusted with the text).
+fn paren_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 fn fold(
     source: &str,
     pieces: &[WordPieceWithSource],
@@ -295,6 +318,7 @@ pub fn scan_for_substitutions(text: &str, subs: &mut Vec<Substitution>, depth: u
         return;
     }
     if depth < MAX_NESTING
+        && paren_depth(text) <= MAX_PARSED_PARENS
         && let Ok(pieces) = word::parse(text, &options())
     {
         let vars = Vars::default();
@@ -312,6 +336,9 @@ pub fn scan_for_substitutions(text: &str, subs: &mut Vec<Substitution>, depth: u
 pub fn heredoc_substitutions(body: &str, subs: &mut Vec<Substitution>) {
     if !body.contains("$(") && !body.contains('`') && !body.contains("${") {
         return;
+    }
+    if paren_depth(body) > MAX_PARSED_PARENS {
+        return scan_for_substitutions(body, subs, MAX_NESTING);
     }
     match word::parse_heredoc(body, &options()) {
         Ok(pieces) => {
@@ -331,6 +358,24 @@ mod tests {
         let mut subs = Vec::new();
         let a = analyse(raw, &mut subs, &Vars::default());
         (a, subs.into_iter().map(|s| s.script).collect())
+    }
+
+    #[test]
+    fn parentheses_left_open_do_not_make_the_parser_backtrack_for_ever() {
+        // The fuzzer's find: before the guard this took over 10 s (2^n in the parens).
+        let line = format!("printf -v PS3 '$(touch pw g+{})'; set -x; :", "(".repeat(40));
+        let verdict = crate::command::check(&line, crate::Mode::ALL[0]);
+        // The substitution is still analysed: `touch` is seen.
+        assert!(verdict.parts.iter().any(|p| p.part.argv.first().is_some_and(|a| a == "touch")), "{verdict:?}");
+        assert_eq!(paren_depth("a((b)c(d))"), 2);
+        assert_eq!(paren_depth("))(("), 2);
+        let mut subs = Vec::new();
+        heredoc_substitutions(&format!("$(rm -rf x {})\n", "(".repeat(40)), &mut subs);
+        assert!(
+            subs.iter().any(|s| s.script.starts_with("rm -rf x")),
+            "{:?}",
+            subs.iter().map(|s| &s.script).collect::<Vec<_>>()
+        );
     }
 
     #[test]
