@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Output, Stdio};
+use std::process::{Child, ChildStdout, Output, Stdio};
 use std::time::Duration;
 
 use cc_tests::runs::{Fixture, fixture};
@@ -70,6 +70,26 @@ impl World {
             text.lines().filter_map(|l| l.split_once(" => ").map(|(_, o)| o.to_owned())).collect();
         assert_eq!(outcomes.len(), script.lines().filter(|l| !l.trim().is_empty()).count(), "{text}");
         outcomes
+    }
+
+    /// A prompt sent by a ccctl of its own, returned once the agent has begun on it
+    /// (its first thought), with the stream still being read.
+    fn prompt_in_background(&self, script: &str) -> (Child, BufReader<ChildStdout>) {
+        let mut caller = self
+            .f
+            .sup
+            .ccctl_command(&["--json", "run", "prompt", &self.run, script, "--timeout", "600"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut streamed = BufReader::new(caller.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("\"agent_thought\"") {
+            line.clear();
+            assert!(streamed.read_line(&mut line).unwrap() > 0, "the prompt's stream ended before the agent began");
+        }
+        (caller, streamed)
     }
 
     fn events(&self) -> String {
@@ -238,19 +258,7 @@ fn the_agent_lives_for_the_run_and_one_that_dies_is_started_again() {
 
     // A prompt in flight: a second one is refused as busy; kill -9 of the agent fails
     // the first at once.
-    let mut waiting =
-        w.f.sup
-            .ccctl_command(&["run", "prompt", &w.run, "wait 120", "--timeout", "300"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-    let mut out = BufReader::new(waiting.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("waiting") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the prompt ended before the agent waited");
-    }
+    let (waiting, _stream) = w.prompt_in_background("wait 120\n");
     let busy = w.prompt("say four\n");
     assert!(String::from_utf8_lossy(&busy.stderr).contains("already working on a prompt"), "{}", both(&busy));
     let agent = agents_running(&w);
@@ -372,19 +380,7 @@ fn a_cancelled_prompt_answers_its_pending_permissions_cancelled_and_withdraws_th
 
     // A caller that goes away (ccctl killed) cancels its prompt: the agent stops,
     // and the run takes its next prompt.
-    let mut caller =
-        w.f.sup
-            .ccctl_command(&["--json", "run", "prompt", &w.run, "wait 300\n", "--timeout", "600"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-    let mut streamed = BufReader::new(caller.stdout.take().unwrap());
-    let mut thought = String::new();
-    while !thought.contains("\"agent_thought\"") {
-        thought.clear();
-        assert!(streamed.read_line(&mut thought).unwrap() > 0, "the prompt's stream ended before the agent waited");
-    }
+    let (mut caller, streamed) = w.prompt_in_background("wait 300\n");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(caller.id() as i32), Signal::SIGKILL).unwrap();
     caller.wait().unwrap();
     drop(streamed);

@@ -63,8 +63,6 @@ const MAX_EVENTS_PER_PROMPT: u32 = 10_000;
 /// How long a prompt cancelled at its timeout may take to answer before the agent is
 /// killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
-/// Why a permission request was answered "cancelled".
-const CANCELLED_FIRST: &str = "the prompt was cancelled before the gate answered";
 /// The most a `fs/read_text_file` returns.
 const MAX_READ_BYTES: usize = 8 << 20;
 
@@ -313,6 +311,7 @@ impl Shared {
         request: RequestPermissionRequest,
     ) -> Result<RequestPermissionResponse, agent_client_protocol::Error> {
         let mut cancelling = self.cancelling.subscribe();
+        let mut cancelled_first = false;
         let run = self.live()?;
         let described = acp::describe_permission(&request.tool_call.fields, &run.record.work_dir);
         let (allowed, reason) = match described {
@@ -321,13 +320,16 @@ impl Shared {
                     Ok(()) => (true, "allowed by Control Center".to_owned()),
                     Err(e) => (false, run_error(e).message),
                 },
-                _ = cancelling.wait_for(|c| *c) => (false, CANCELLED_FIRST.to_owned()),
+                _ = cancelling.wait_for(|c| *c) => {
+                    cancelled_first = true;
+                    (false, "the prompt was cancelled before the gate answered".to_owned())
+                }
             },
             Hooked::OwnTool => (false, "not a tool call Control Center judges".into()),
             Hooked::Refused(why) => (false, format!("Control Center: {why}")),
         };
         // Cancelled before the gate answered, or as it answered.
-        let cancelled = reason == CANCELLED_FIRST || *self.cancelling.borrow();
+        let cancelled = cancelled_first || *self.cancelling.borrow();
         let outcome = if cancelled {
             RequestPermissionOutcome::Cancelled
         } else {
@@ -399,8 +401,7 @@ async fn serve_agent(
                         responder: Responder<CreateTerminalResponse>,
                         cx: ConnectionTo<Agent>| {
                 let s = s5.clone();
-                let enveloped = s.manager.env.enveloped;
-                s5.serve(&cx, responder, async move { s.terminals.create(&s.manager, &s.run_id, r, enveloped).await })
+                s5.serve(&cx, responder, async move { s.terminals.create(&s.manager, &s.run_id, r).await })
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -415,8 +416,10 @@ async fn serve_agent(
                         responder: Responder<WaitForTerminalExitResponse>,
                         cx: ConnectionTo<Agent>| {
                 let s = s7.clone();
-                let waited = async move { s.terminals.wait_for_exit(&r.terminal_id.to_string()).await };
-                s7.serve(&cx, responder, async move { waited.await.map(WaitForTerminalExitResponse::new) })
+                let waited = async move {
+                    s.terminals.wait_for_exit(&r.terminal_id.to_string()).await.map(WaitForTerminalExitResponse::new)
+                };
+                s7.serve(&cx, responder, waited)
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -511,11 +514,10 @@ async fn prompts(
             shared.cancelling.send_replace(false);
             if !stopped {
                 jobs.close();
-            }
-            end_prompt(&shared, &mut job, Err(late()));
-            if !stopped {
+                end_prompt(&shared, &mut job, Err(late()));
                 return Err(refused("the agent did not answer its cancelled prompt"));
             }
+            end_prompt(&shared, &mut job, Err(late()));
             continue;
         };
         match answer {

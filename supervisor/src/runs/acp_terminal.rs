@@ -62,13 +62,11 @@ impl Terminals {
     }
 
     /// Starts the command of `request` (the gate first) and gives it an id.
-    /// `enveloped` says our init reports a command killed by a signal as a shell does.
     pub async fn create(
         &self,
         manager: &Arc<RunManager>,
         run_id: &RunId,
         request: CreateTerminalRequest,
-        enveloped: bool,
     ) -> Result<CreateTerminalResponse, Error> {
         let env: Vec<(String, String)> = request.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
         let line = acp::terminal_command_line(&request.command, &request.args, &env, request.cwd.as_deref())
@@ -78,6 +76,8 @@ impl Terminals {
         };
         let mut events = manager.terminal_command(run_id, line).await.map_err(run_error)?;
         let most = usize::try_from(manager.config().bash_output_cap_bytes).unwrap_or(usize::MAX);
+        // Under an envelope our init reports a command killed by a signal as a shell does.
+        let enveloped = manager.env.enveloped;
         let terminal = Arc::new(Terminal {
             output: Mutex::new(OutputTail::new(request.output_byte_limit, most)),
             exit: watch::channel(None).0,
