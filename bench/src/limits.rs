@@ -50,6 +50,7 @@ pub fn run() -> anyhow::Result<()> {
         argv: vec![b"/bin/true".to_vec()],
         timeout_seconds: 30,
         host: None,
+        ..Default::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let samples = runtime.block_on(async {

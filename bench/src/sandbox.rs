@@ -53,6 +53,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             timeout_seconds: 30,
             host: None,
+            ..Default::default()
         };
         // One launch first: it creates the missing git vectors (commondir,
         // config.worktree), which every later envelope binds; explained before it, the

@@ -3,6 +3,7 @@
 //!
 //! * [`probe`]: the sandbox backend probe (a real test launch) and the person's choice;
 //! * [`cgroup`]: per-run resource limits (cgroup v2 or v1);
+//! * [`terminal`]: the sizes and signals a hosted terminal takes;
 //! * [`beneath`]: reaching inside a directory tree an agent controls without following
 //!   its links;
 //! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`], [`OPTIONS_FD`]: facts both sides must agree on.
@@ -12,6 +13,7 @@
 pub mod beneath;
 pub mod cgroup;
 pub mod probe;
+pub mod terminal;
 
 /// The unprivileged user every launch, runner and provisioned copy belongs to when the
 /// supervisor runs as root.

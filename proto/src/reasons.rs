@@ -92,6 +92,10 @@ pub const NO_AGENT: &str = "NO_AGENT";
 /// next prompt starts it again, in a new session.
 pub const AGENT_FAILED: &str = "AGENT_FAILED";
 
+/// No hosted terminal has this name (metadata `name`); it was deleted, or the
+/// supervisor restarted since (terminals live in its memory).
+pub const TERMINAL_NOT_FOUND: &str = "TERMINAL_NOT_FOUND";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -120,6 +124,7 @@ pub const ALL: &[&str] = &[
     AGENT_BUSY,
     NO_AGENT,
     AGENT_FAILED,
+    TERMINAL_NOT_FOUND,
 ];
 
 /// A refusal with `reason` and its metadata.

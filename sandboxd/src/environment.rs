@@ -220,9 +220,49 @@ pub fn build<'a>(
     out
 }
 
+/// Adds the variables a launch's caller asks for to `env`, built by [`build`]: any
+/// name (the host's allowlist is for what the supervisor happens to have, not for what
+/// a person asks for), but never an injection vector or a secret-looking one, and none
+/// replacing PATH, HOME or a variable of the run's policy (`policy_names`).
+pub fn add_requested<'a>(
+    env: &mut BTreeMap<String, String>,
+    requested: impl IntoIterator<Item = (&'a str, &'a str)>,
+    policy_names: &[&str],
+) {
+    for (name, value) in requested {
+        let reserved = name == "PATH" || name == "HOME" || policy_names.contains(&name);
+        let well_formed = !name.is_empty() && !name.contains(['=', '\0']) && !value.contains('\0');
+        // NotAllowed, for a well-formed name, says only that it is not on the host's list.
+        if !reserved && well_formed && matches!(judge(name, value, false), Ok(()) | Err(Dropped::NotAllowed)) {
+            env.insert(name.to_owned(), value.to_owned());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_callers_variables_are_judged_and_never_replace_the_policys() {
+        let mut env = build([("TERM", "dumb")], [("HTTPS_PROXY", "http://127.0.0.1:1")], "/home/agent");
+        let requested = [
+            ("TERM", "xterm-256color"),
+            ("LD_PRELOAD", "/tmp/x.so"),
+            ("GITHUB_TOKEN", "ghp_x"),
+            ("PATH", "/tmp"),
+            ("HOME", "/"),
+            ("HTTPS_PROXY", "http://evil:1"),
+            ("COLUMNS", "80"),
+        ];
+        add_requested(&mut env, requested, &["HTTPS_PROXY"]);
+        assert_eq!(env["TERM"], "xterm-256color");
+        assert_eq!(env["COLUMNS"], "80");
+        assert_eq!(env["HOME"], "/home/agent");
+        assert_eq!(env["HTTPS_PROXY"], "http://127.0.0.1:1");
+        assert!(!env["PATH"].contains("/tmp"));
+        assert!(!env.contains_key("LD_PRELOAD") && !env.contains_key("GITHUB_TOKEN"));
+    }
 
     #[test]
     fn only_the_policys_loopback_proxy_may_carry_a_credential() {

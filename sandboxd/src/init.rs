@@ -1,6 +1,6 @@
 //! Our init: PID 1 inside every native envelope (`cc-init [--nofile N]
-//! [--bridge PORT=SOCKET]… [--allow-unix] [--check-ro PATH]… [--check-rw PATH]…
-//! (-- CMD… | --command-stdin)`).
+//! [--bridge PORT=SOCKET]… [--allow-unix] [--terminal] [--check-ro PATH]…
+//! [--check-rw PATH]… (-- CMD… | --command-stdin)`).
 //!
 //! In order:
 //! 0. check that every path bound inside the run's roots is where it must be: reached
@@ -21,7 +21,12 @@
 //! 4. with `--command-stdin` (an envelope made ahead of its launch, [`crate::warm`]),
 //!    wait for the command: NUL-terminated arguments on stdin, to its end; nothing at
 //!    all means the envelope was not needed, and it ends;
-//! 5. start the command, forward SIGTERM/SIGINT/SIGHUP to it, reap every orphan;
+//! 5. start the command, forward SIGTERM/SIGINT/SIGHUP to it, reap every orphan. With
+//!    `--terminal` (its stdio is a pseudo-terminal's slave) we make the terminal our
+//!    controlling terminal (bubblewrap's `--new-session` left us a session leader
+//!    without one) and start the command in a process group of its own, the
+//!    terminal's foreground one, so that Ctrl-C reaches the command's foreground job
+//!    and never us ([`terminal`]);
 //! 6. exit with the command's status as soon as it exits: as PID 1 of the envelope's
 //!    pid namespace, our exit ends everything it left behind (background jobs,
 //!    `setsid`, double forks) and the bridges with it.
@@ -87,6 +92,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     // Only the runner kind passes it: the runner serves its own unix socket.
     let mut allow_unix = false;
     let mut command_stdin = false;
+    let mut on_terminal = false;
     let mut checks: Vec<(PathBuf, bool)> = Vec::new();
     let mut nofile: Option<u64> = None;
     let mut options = options.iter();
@@ -94,6 +100,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         match option.to_str() {
             Some("--allow-unix") => allow_unix = true,
             Some("--command-stdin") => command_stdin = true,
+            Some("--terminal") => on_terminal = true,
             Some("--bridge") if let Some(value) = options.next() => bridge_args.push(value.clone()),
             Some("--check-ro") if let Some(path) = options.next() => checks.push((PathBuf::from(path), true)),
             Some("--check-rw") if let Some(path) = options.next() => checks.push((PathBuf::from(path), false)),
@@ -160,7 +167,40 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let Some((program, rest)) = command.split_first() else {
         return fail("no command to run".into());
     };
-    run_command(program, rest, command_stdin, &waited)
+    if on_terminal && let Err(e) = terminal::take_controlling() {
+        return fail(format!("cannot make the terminal the envelope's controlling terminal: {e}"));
+    }
+    run_command(program, rest, Start { stdin_was_ours: command_stdin, on_terminal }, &waited)
+}
+
+/// How the command is started.
+#[derive(Clone, Copy)]
+struct Start {
+    /// Its stdin is the pipe its command came on: it gets /dev/null instead.
+    stdin_was_ours: bool,
+    /// Its stdio is a terminal we control: it starts in the foreground process group.
+    on_terminal: bool,
+}
+
+/// The envelope's pseudo-terminal: ours to control, the command's to use.
+mod terminal {
+    use nix::unistd::Pid;
+
+    /// Makes our stdin's terminal our controlling terminal. We are a session leader
+    /// without one (bubblewrap's `--new-session`), and no other session has it:
+    /// sandboxd opened it with `O_NOCTTY`.
+    pub fn take_controlling() -> rustix::io::Result<()> {
+        rustix::process::ioctl_tiocsctty(std::io::stdin())
+    }
+
+    /// Hands the terminal to `command`'s process group. The command may have looked
+    /// before this (an interactive shell that finds itself in the background stops
+    /// itself with SIGTTIN until it is in the foreground), so it is continued after:
+    /// a SIGCONT to a group that is not stopped changes nothing.
+    pub fn hand_to(command: Pid) -> nix::Result<()> {
+        nix::unistd::tcsetpgrp(std::io::stdin(), command)?;
+        nix::sys::signal::killpg(command, nix::sys::signal::Signal::SIGCONT)
+    }
 }
 
 /// A command as sandboxd writes it: each argument followed by a NUL. `None` for no
@@ -302,15 +342,21 @@ where
     }
 }
 
-fn run_command(program: &OsStr, rest: &[OsString], stdin_was_ours: bool, waited: &SigSet) -> ExitCode {
+fn run_command(program: &OsStr, rest: &[OsString], start: Start, waited: &SigSet) -> ExitCode {
     // The command starts with an empty mask ([`spawn`]).
-    let child = match spawn(program, rest, stdin_was_ours) {
+    let child = match spawn(program, rest, start) {
         Ok(pid) => pid,
         Err(e) => {
             eprintln!("cc-init: cannot run {}: {}", program.to_string_lossy(), e.desc());
             return ExitCode::from(if e == nix::Error::ENOENT { 127 } else { 126 });
         }
     };
+    if start.on_terminal
+        && let Err(e) = terminal::hand_to(child)
+    {
+        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+        return fail(format!("cannot give the terminal to the command: {e}"));
+    }
     loop {
         match waited.wait() {
             Ok(Signal::SIGCHLD) => {
@@ -332,10 +378,10 @@ fn run_command(program: &OsStr, rest: &[OsString], stdin_was_ours: bool, waited:
 /// (the Rust runtime ignores it, and an ignored signal is inherited too). std's
 /// `Command` restores neither, so it is posix_spawn with both set explicitly. Its stdin
 /// is ours (the runner reads its bootstrap there), or /dev/null when ours was the pipe
-/// its command came on (`stdin_was_ours`). Nothing but its stdio
+/// its command came on. On a terminal it leads a process group of its own. Nothing but its stdio
 /// reaches it: a descriptor that sandboxd, or whoever started the supervisor, inherited
 /// without close-on-exec would otherwise pass through bubblewrap into every envelope.
-fn spawn(program: &OsStr, rest: &[OsString], stdin_was_ours: bool) -> nix::Result<Pid> {
+fn spawn(program: &OsStr, rest: &[OsString], start: Start) -> nix::Result<Pid> {
     use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawnp};
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -353,11 +399,17 @@ fn spawn(program: &OsStr, rest: &[OsString], stdin_was_ours: bool) -> nix::Resul
     let mut pipe = SigSet::empty();
     pipe.add(Signal::SIGPIPE);
     attr.set_sigdefault(&pipe)?;
-    attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF)?;
+    let mut flags = PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF;
+    if start.on_terminal {
+        // Group 0: a group of its own, led by the command.
+        attr.set_pgroup(Pid::from_raw(0))?;
+        flags |= PosixSpawnFlags::POSIX_SPAWN_SETPGROUP;
+    }
+    attr.set_flags(flags)?;
     let io = |e: std::io::Error| nix::Error::from_raw(e.raw_os_error().unwrap_or(nix::libc::EIO));
     let mut files = PosixSpawnFileActions::init()?;
     // Held until the spawn has happened.
-    let null = if stdin_was_ours { Some(std::fs::File::open("/dev/null").map_err(io)?) } else { None };
+    let null = if start.stdin_was_ours { Some(std::fs::File::open("/dev/null").map_err(io)?) } else { None };
     if let Some(null) = &null {
         files.add_dup2(std::os::fd::AsRawFd::as_raw_fd(null), 0)?;
     }

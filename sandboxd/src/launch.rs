@@ -24,7 +24,7 @@ use crate::probe::{Backend, ProbeResult};
 use crate::system::SystemView;
 use crate::violations::{Deduplicator, scan_line};
 use crate::warm::{Warm, WarmKey};
-use crate::{environment, protect, spawn};
+use crate::{environment, protect, spawn, terminal};
 use cc_host::ServiceUser;
 
 /// At most this much argv, in bytes.
@@ -350,15 +350,20 @@ impl Launcher {
     }
 
     /// Launches `request`; with `stdin`, the process's standard input is what comes
-    /// on it, closed when it ends.
+    /// on it, closed when it ends (and, on a terminal, its resizes and signals).
     pub async fn launch(
         self: Arc<Self>,
         request: pb::LaunchRequest,
-        stdin: Option<mpsc::Receiver<Vec<u8>>>,
+        mut stdin: Option<mpsc::Receiver<terminal::Input>>,
     ) -> Result<ReceiverStream<Result<pb::LaunchResponse, Status>>, LaunchError> {
         if request.kind == EnvelopeKind::Runner as i32 {
             return Err(LaunchError::BadRequest(
                 "the runner kind is not launched: the supervisor starts it from GetRunnerEnvelope".to_owned(),
+            ));
+        }
+        if request.pty.is_some() && (stdin.is_none() || request.host.is_some()) {
+            return Err(LaunchError::BadRequest(
+                "a terminal is launched interactively, in an envelope (LaunchInteractive, no host launch)".to_owned(),
             ));
         }
         let (p, wrapping) = {
@@ -366,6 +371,12 @@ impl Launcher {
             let r = request.clone();
             tokio::task::spawn_blocking(move || {
                 let mut p = this.prepare(&r.run_id, r.kind, &r.argv)?;
+                let policy_names: Vec<&str> = p.policy.env.keys().map(String::as_str).collect();
+                environment::add_requested(
+                    &mut p.env,
+                    r.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                    &policy_names,
+                );
                 // An adapter that runs its agent on the host on purpose: no envelope, and
                 // the environment it gives, unsanitized.
                 if let Some(host) = r.host {
@@ -385,7 +396,25 @@ impl Launcher {
         // unregistration from then on kills it; one served ahead is counted before its
         // command is given.
         let interactive = stdin.is_some();
+        // A terminal's master, kept here; its slave goes to the envelope.
+        let mut master = None;
         let (mut child, group, input) = match wrapping {
+            Wrapping::Bubblewrap(envelope, _, bound) if let Some(size) = &request.pty => {
+                let opened = terminal::open(size, service_user(&p.policy))?;
+                let command = spawn::Command::Terminal(&envelope.command, opened.slave);
+                let (user, cgroup) = (service_user(&p.policy), &p.policy.limits.cgroup_procs);
+                let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user, cgroup)
+                    .map_err(LaunchError::CannotStart)?;
+                self.runs.add_or_refuse(&run_id, s.group)?;
+                master = Some(opened.master);
+                (s.child, s.group, None)
+            }
+            // A terminal needs our init, which only bubblewrap's envelope has.
+            _ if request.pty.is_some() => {
+                return Err(LaunchError::Refused(
+                    "a terminal needs the native envelope (bubblewrap), which this host does not give".to_owned(),
+                ));
+            }
             Wrapping::Bubblewrap(envelope, key, bound) => {
                 // An envelope made ahead reads its command on stdin: never an interactive one.
                 let warm = match self.runs.take_warm(&run_id, p.kind).filter(|_| !interactive) {
@@ -430,16 +459,32 @@ impl Launcher {
             }
         };
         // The caller's input, as it comes; its end closes the process's stdin.
-        if let (Some(mut feed), Some(mut input)) = (stdin, input) {
+        if let (Some(mut feed), Some(mut input)) = (stdin.take_if(|_| master.is_none()), input) {
             tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
-                while let Some(chunk) = feed.recv().await {
-                    if input.write_all(&chunk).await.is_err() {
+                while let Some(message) = feed.recv().await {
+                    if let terminal::Input::Stdin(chunk) = message
+                        && input.write_all(&chunk).await.is_err()
+                    {
                         break;
                     }
                 }
             });
         }
+        // A terminal's output is read from its master; its input is typed there.
+        let terminal_output = match master {
+            Some(master) => {
+                let control = std::os::fd::AsFd::as_fd(&master)
+                    .try_clone_to_owned()
+                    .map_err(|e| LaunchError::CannotStart(std::io::Error::other(format!("a terminal: {e}"))))?;
+                let (read, write) = master.into_split();
+                if let Some(feed) = stdin.take() {
+                    tokio::spawn(terminal::feed(feed, write, control));
+                }
+                Some(read)
+            }
+            None => None,
+        };
         let (tx, rx) = mpsc::channel(64);
         let runs = self.runs.clone();
         let next = bubblewrap.then(|| (self.clone(), p.policy.clone(), p.kind));
@@ -455,7 +500,10 @@ impl Launcher {
             let envelope = if native { SandboxBackend::Native } else { SandboxBackend::None };
             send(Event::Envelope(envelope as i32)).await;
             let stderr_pipe = if native { Pipe::EnvelopeStderr } else { Pipe::Stderr };
-            let stdout = child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), Pipe::Stdout)));
+            let stdout = match terminal_output {
+                Some(terminal) => Some(tokio::spawn(forward(terminal, tx.clone(), Pipe::Stdout))),
+                None => child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), Pipe::Stdout))),
+            };
             let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), stderr_pipe)));
             let limit = request.timeout_seconds;
             let timeout = async {

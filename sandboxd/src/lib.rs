@@ -20,6 +20,7 @@ pub mod seatbelt_log;
 pub mod seccomp;
 pub mod spawn;
 pub mod system;
+pub mod terminal;
 pub mod violations;
 pub mod warm;
 
@@ -168,18 +169,21 @@ impl Sandboxd for SandboxdService {
         };
         // A few chunks in flight: a caller that writes faster than the process reads
         // waits, as a pipe makes a writer wait.
-        let (feed, stdin) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+        let (feed, stdin) = tokio::sync::mpsc::channel::<terminal::Input>(16);
+        let on_terminal = launch.pty.is_some();
         tokio::spawn(async move {
             while let Some(Ok(message)) = inputs.next().await {
-                match message.input {
-                    Some(Input::Stdin(bytes)) => {
-                        if feed.send(bytes).await.is_err() {
-                            return;
-                        }
-                    }
-                    // Closing: dropping the sender ends the process's input.
-                    Some(Input::CloseStdin(_)) => return,
-                    Some(Input::Launch(_)) | None => {}
+                let input = match message.input {
+                    Some(Input::Stdin(bytes)) => terminal::Input::Stdin(bytes),
+                    Some(Input::Resize(size)) => terminal::Input::Resize(size),
+                    Some(Input::Signal(signal)) => terminal::Input::Signal(signal),
+                    // Closing: dropping the sender ends the process's input. A
+                    // terminal's input ends with the launch.
+                    Some(Input::CloseStdin(_)) if !on_terminal => return,
+                    Some(Input::CloseStdin(_) | Input::Launch(_)) | None => continue,
+                };
+                if feed.send(input).await.is_err() {
+                    return;
                 }
             }
         });

@@ -59,6 +59,9 @@ pub enum Command<'a> {
     /// On its command line, with its stdin a pipe the caller feeds (the command
     /// inherits it from our init): [`Started::command_pipe`].
     Interactive(&'a [OsString]),
+    /// On its command line, with a terminal for its stdio, which our init makes its
+    /// controlling terminal (`--terminal`).
+    Terminal(&'a [OsString], TerminalSlave),
 }
 
 pub struct Started {
@@ -68,6 +71,17 @@ pub struct Started {
     /// Where a [`Command::Later`] envelope's command is to be written, or a
     /// [`Command::Interactive`] command's input.
     pub command_pipe: Option<ChildStdin>,
+}
+
+/// A pseudo-terminal's slave, as the stdio of a launch: the command reads and writes
+/// the terminal, our init makes it the envelope's controlling terminal.
+pub struct TerminalSlave(pub OwnedFd);
+
+impl TerminalSlave {
+    fn stdio(&self) -> std::io::Result<(Stdio, Stdio, Stdio)> {
+        let one = || self.0.try_clone().map(Stdio::from);
+        Ok((one()?, one()?, one()?))
+    }
 }
 
 /// Starts `program` (bubblewrap) with `envelope`'s options and init, as `user` when
@@ -90,9 +104,14 @@ pub fn bubblewrap(
     let mut c = tokio::process::Command::new(program);
     c.args(["--args", "3", "--"]).args(&envelope.init);
     let piped = matches!(command, Command::Later | Command::Interactive(_));
+    let mut terminal = None;
     match command {
         Command::Now(argv) | Command::Interactive(argv) => c.arg("--").args(argv),
         Command::Later => c.arg("--command-stdin"),
+        Command::Terminal(argv, slave) => {
+            terminal = Some(slave);
+            c.arg("--terminal").arg("--").args(argv)
+        }
     };
     // Into the run's cgroup before bubblewrap execs: all it starts is counted there.
     // Joined before the descriptors below are mapped (pre-exec steps run in the order
@@ -110,9 +129,20 @@ pub fn bubblewrap(
     if let Some(cc_host::ServiceUser { uid, gid }) = user {
         c.uid(uid).gid(gid);
     }
-    let stdin = if piped { Stdio::piped() } else { Stdio::null() };
-    c.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    match &terminal {
+        Some(slave) => {
+            let (stdin, stdout, stderr) = slave.stdio()?;
+            c.stdin(stdin).stdout(stdout).stderr(stderr);
+        }
+        None => {
+            let stdin = if piped { Stdio::piped() } else { Stdio::null() };
+            c.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+    }
+    c.process_group(0).kill_on_drop(true);
     let mut child = c.spawn()?;
+    // Only the envelope holds the slave now: when it ends, the master reads EOF.
+    drop(terminal);
     // Our copies of the read end and of the bound descriptors go with the command:
     // bubblewrap sees EOF once we have written everything.
     drop(c);

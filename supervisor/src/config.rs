@@ -96,6 +96,8 @@ pub struct Config {
     pub runs: RunsConfig,
     #[serde(default)]
     pub deadlines: Deadlines,
+    #[serde(default)]
+    pub terminals: TerminalsConfig,
     /// The runner program [default: cc-runner next to cc-supervisor].
     #[serde(default)]
     pub runner: Option<PathBuf>,
@@ -265,6 +267,27 @@ impl Deadlines {
             return Err("[deadlines]: every value must be positive".into());
         }
         Ok(())
+    }
+}
+
+/// The hosted terminals (`ccctl terminal`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TerminalsConfig {
+    /// A terminal no client has been attached to for this long is ended; 0: never.
+    pub idle_timeout_seconds: u64,
+    /// The output a terminal keeps for the next attach to replay.
+    pub scrollback_bytes: u64,
+    /// A client that takes no output for this long is detached, so that the others
+    /// (and the command) go on.
+    pub stalled_client_ms: u64,
+    /// Terminals at once.
+    pub max_terminals: u32,
+}
+
+impl Default for TerminalsConfig {
+    fn default() -> Self {
+        Self { idle_timeout_seconds: 0, scrollback_bytes: 256 << 10, stalled_client_ms: 10_000, max_terminals: 64 }
     }
 }
 

@@ -18,6 +18,7 @@ use cc_proto::supervisor::v1::repositories_server::RepositoriesServer;
 use cc_proto::supervisor::v1::runs_server::RunsServer;
 use cc_proto::supervisor::v1::sandbox_server::SandboxServer;
 use cc_proto::supervisor::v1::system_server::SystemServer;
+use cc_proto::supervisor::v1::terminals_server::TerminalsServer;
 use cc_proto::supervisor::v1::workspaces_server::WorkspacesServer;
 use serde_json::json;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -40,6 +41,7 @@ use crate::runs::service::RunsService;
 use crate::runs::{RunEnv, RunManager};
 use crate::sd_notify;
 use crate::store::{Store, StoreError};
+use crate::terminals::service::TerminalsService;
 use cc_host::cgroup::Enforcement;
 use cc_host::probe::{self, Backend, SandboxChoice};
 
@@ -256,6 +258,14 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         egress: config.egress.clone(),
     });
 
+    let terminals = crate::terminals::TerminalManager::new(
+        config.terminals.clone(),
+        runs.clone(),
+        conversations.clone(),
+        events.clone(),
+        probe.backend == Backend::Native,
+    );
+
     // 8. Serve the client API: health, reflection, and one service per resource, every
     //    call authorized by the caller's uid.
     let conversations_for_gate = conversations.clone();
@@ -275,6 +285,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let conversations = ConversationsServer::from_arc(api.clone()).max_decoding_message_size(max);
     let sandbox = SandboxServer::from_arc(api).max_decoding_message_size(max);
     let runs_service = RunsServer::new(RunsService::new(runs.clone())).max_decoding_message_size(max);
+    let terminals_service =
+        TerminalsServer::new(TerminalsService::new(terminals.clone())).max_decoding_message_size(max);
     let network: crate::gate::service::NetworkLists = {
         let (egress, conversations) = (config.egress.clone(), conversations_for_gate);
         Arc::new(move |workspace: &str| {
@@ -298,6 +310,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     health_reporter.set_serving::<SandboxServer<SupervisorApi>>().await;
     health_reporter.set_serving::<RunsServer<RunsService>>().await;
     health_reporter.set_serving::<GateServer<GateService>>().await;
+    health_reporter.set_serving::<TerminalsServer<TerminalsService>>().await;
     // What reflection lists: exactly what this socket serves.
     let served = [
         SystemServer::<SupervisorApi>::NAME,
@@ -307,6 +320,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         SandboxServer::<SupervisorApi>::NAME,
         RunsServer::<RunsService>::NAME,
         GateServer::<GateService>::NAME,
+        TerminalsServer::<TerminalsService>::NAME,
         "grpc.health.v1.Health",
     ];
     let (reflection_v1, reflection_v1alpha) =
@@ -326,6 +340,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
             .add_service(sandbox)
             .add_service(gate_service)
             .add_service(runs_service)
+            .add_service(terminals_service)
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                 let _ = api_stopped.await;
             }),
@@ -357,6 +372,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         server.abort();
     }
     // Runs before helpers: a run's end unregisters it from sandboxd.
+    terminals.hang_up_all().await;
     runs.stop_all(RUNS_STOP).await;
     helpers.stop_all(HELPERS_STOP).await;
     enforcement.tear_down();

@@ -17,6 +17,8 @@ pub enum IdKind {
     Conversation,
     /// `explain-` and 12 hex digits: a throw-away registration with sandboxd.
     Explanation,
+    /// `t` and 12 hex digits: a hosted terminal.
+    Terminal,
 }
 
 impl IdKind {
@@ -25,6 +27,7 @@ impl IdKind {
             IdKind::Run => ("r", 15),
             IdKind::Conversation => ("c", 16),
             IdKind::Explanation => ("explain-", 12),
+            IdKind::Terminal => ("t", 12),
         }
     }
 }
@@ -86,6 +89,12 @@ id_type!(
     /// A conversation's id.
     ConversationId,
     IdKind::Conversation
+);
+
+id_type!(
+    /// A hosted terminal's id (its name is `terminals/{id}`).
+    TerminalId,
+    IdKind::Terminal
 );
 
 /// A new id of `kind`.

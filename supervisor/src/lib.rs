@@ -26,4 +26,5 @@ pub mod registry;
 pub mod runs;
 pub mod sd_notify;
 pub mod store;
+pub mod terminals;
 pub mod worktree;

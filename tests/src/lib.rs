@@ -10,6 +10,7 @@ pub mod github_api;
 pub mod model_api;
 pub mod runs;
 pub mod sandbox;
+pub mod terminal;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;

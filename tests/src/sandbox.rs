@@ -162,7 +162,14 @@ pub async fn run(client: &mut Client, run_id: &str, kind: EnvelopeKind, script: 
 }
 
 pub async fn run_argv(client: &mut Client, run_id: &str, kind: EnvelopeKind, argv: Vec<Vec<u8>>) -> Outcome {
-    let request = pb::LaunchRequest { run_id: run_id.into(), kind: kind as i32, argv, timeout_seconds: 30, host: None };
+    let request = pb::LaunchRequest {
+        run_id: run_id.into(),
+        kind: kind as i32,
+        argv,
+        timeout_seconds: 30,
+        host: None,
+        ..Default::default()
+    };
     let mut stream = client.launch(request).await.expect("launch").into_inner();
     let mut out = Outcome::default();
     while let Some(event) = stream.next().await {

@@ -337,6 +337,7 @@ async fn a_sigterm_from_outside_reaches_the_command_through_our_init() {
         argv: vec![b"/bin/sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
         timeout_seconds: 30,
         host: None,
+        ..Default::default()
     };
     let mut stream = client.launch(request).await.unwrap().into_inner();
     let (mut stdout, mut exit, mut signalled) = (String::new(), None, false);
@@ -480,6 +481,7 @@ async fn bad_requests_are_refused_and_unregister_kills() {
         argv,
         timeout_seconds: 0,
         host: None,
+        ..Default::default()
     };
     let err = client.launch(launch("nope", BASH as i32, vec![b"true".to_vec()])).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
@@ -718,7 +720,14 @@ async fn a_very_long_command_line_reaches_the_command_whole() {
     let mut argv =
         vec![b"/bin/sh".to_vec(), b"-c".to_vec(), b"echo $#; echo \"${4000}\"; cat".to_vec(), b"sh".to_vec()];
     argv.extend((1..=4000).map(|i| format!("{i:0100}").into_bytes()));
-    let request = pb::LaunchRequest { run_id: "r1".into(), kind: BASH as i32, argv, timeout_seconds: 30, host: None };
+    let request = pb::LaunchRequest {
+        run_id: "r1".into(),
+        kind: BASH as i32,
+        argv,
+        timeout_seconds: 30,
+        host: None,
+        ..Default::default()
+    };
     let mut stream = client.launch(request).await.unwrap().into_inner();
     use tokio_stream::StreamExt;
     let mut stdout = String::new();
@@ -782,6 +791,7 @@ async fn protections_survive_renames_swaps_and_planted_links() {
             argv: vec![b"/bin/true".to_vec()],
             timeout_seconds: 5,
             host: None,
+            ..Default::default()
         })
         .await;
     let err = refused.expect_err("a launch into a swapped root must be refused");
@@ -802,6 +812,7 @@ async fn a_planted_link_at_a_code_execution_vector_refuses_the_launch() {
             argv: vec![b"/bin/true".to_vec()],
             timeout_seconds: 5,
             host: None,
+            ..Default::default()
         })
         .await
         .expect_err("a launch with a linked .git/config must be refused");
@@ -915,7 +926,14 @@ fn our_init_refuses_to_run_when_a_bound_path_is_not_as_bound() {
 /// The first message of an interactive launch of `script` in the harness bash kind.
 fn interactive(script: &str) -> pb::LaunchInteractiveRequest {
     let argv = vec![b"sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()];
-    let launch = pb::LaunchRequest { run_id: "r1".into(), kind: BASH as i32, argv, timeout_seconds: 30, host: None };
+    let launch = pb::LaunchRequest {
+        run_id: "r1".into(),
+        kind: BASH as i32,
+        argv,
+        timeout_seconds: 30,
+        host: None,
+        ..Default::default()
+    };
     pb::LaunchInteractiveRequest { input: Some(pb::launch_interactive_request::Input::Launch(launch)) }
 }
 

@@ -21,6 +21,7 @@ const SERVED: &[&str] = &[
     "cc.supervisor.v1.Runs",
     "cc.supervisor.v1.Sandbox",
     "cc.supervisor.v1.System",
+    "cc.supervisor.v1.Terminals",
     "cc.supervisor.v1.Workspaces",
     "grpc.health.v1.Health",
 ];

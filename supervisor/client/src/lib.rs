@@ -19,6 +19,7 @@ use cc_proto::supervisor::v1::repositories_client::RepositoriesClient;
 use cc_proto::supervisor::v1::runs_client::RunsClient;
 use cc_proto::supervisor::v1::sandbox_client::SandboxClient;
 use cc_proto::supervisor::v1::system_client::SystemClient;
+use cc_proto::supervisor::v1::terminals_client::TerminalsClient;
 use cc_proto::supervisor::v1::workspaces_client::WorkspacesClient;
 use tonic::transport::Channel;
 
@@ -35,6 +36,7 @@ pub struct Client {
     pub sandbox: SandboxClient<Channel>,
     pub runs: Runs,
     pub gate: Gate,
+    pub terminals: TerminalsClient<Channel>,
 }
 
 impl Client {
@@ -47,7 +49,8 @@ impl Client {
             conversations: ConversationsClient::new(channel.clone()).max_decoding_message_size(max),
             sandbox: SandboxClient::new(channel.clone()).max_decoding_message_size(max),
             runs: RunsClient::new(channel.clone()).max_decoding_message_size(max),
-            gate: GateClient::new(channel).max_decoding_message_size(max),
+            gate: GateClient::new(channel.clone()).max_decoding_message_size(max),
+            terminals: TerminalsClient::new(channel).max_decoding_message_size(max),
         }
     }
 }

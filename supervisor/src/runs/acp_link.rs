@@ -46,7 +46,6 @@ use super::acp_terminal::Terminals;
 use super::claude_code::{AgentEvent, clipped};
 use super::hook::Hooked;
 use super::{LiveRun, RunError, RunManager};
-use crate::helpers::HelperKind;
 use crate::ids::RunId;
 
 /// Requests of the agent's served at once; past it, one is refused at once.
@@ -698,8 +697,9 @@ impl RunManager {
             // The agent lives for the run: sandboxd ends it with the run.
             timeout_seconds: 0,
             host: None,
+            ..Default::default()
         };
-        let (launched, inputs) = self.launch_agent(run, launch).await?;
+        let (launched, inputs) = self.launch_interactive(run, launch, "acp").await?;
 
         let shared = Arc::new(Shared {
             manager: self.clone(),
@@ -755,28 +755,6 @@ impl RunManager {
             }
         });
         Ok(AcpLink { jobs, gone })
-    }
-
-    /// The agent's launch, with its input (the launch itself first), through
-    /// [`RunManager::on_sandboxd`].
-    async fn launch_agent(
-        &self,
-        run: &LiveRun,
-        launch: sb::LaunchRequest,
-    ) -> Result<(tonic::Streaming<sb::LaunchInteractiveResponse>, mpsc::Sender<sb::LaunchInteractiveRequest>), RunError>
-    {
-        let channels = self.channels().clone();
-        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret| {
-            let (channels, launch) = (channels.clone(), launch.clone());
-            async move {
-                let (inputs, input_rx) = mpsc::channel::<sb::LaunchInteractiveRequest>(16);
-                let _ = inputs.send(sb::LaunchInteractiveRequest { input: Some(Input::Launch(launch)) }).await;
-                let call = sandboxd.launch_interactive(ReceiverStream::new(input_rx));
-                let launched = channels.within(HelperKind::Sandboxd, "LaunchInteractive", call).await?;
-                Ok((launched.into_inner(), inputs))
-            }
-        };
-        self.on_sandboxd(run, "acp", launching).await
     }
 
     /// The product's MCP server, offered to the agent's session: cc-mcp, as the

@@ -122,6 +122,7 @@ impl RunManager {
             argv: argv.into_iter().map(String::into_bytes).collect(),
             timeout_seconds: timeout,
             host: on_host.then(|| sb::HostLaunch { env: host_environment(&run) }),
+            ..Default::default()
         };
         let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
         let deadline = tokio::time::Instant::now() + deadline_after;

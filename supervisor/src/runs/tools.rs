@@ -316,6 +316,30 @@ impl RunManager {
         self.on_sandboxd(run, tool, launching).await
     }
 
+    /// An interactive launch (an ACP agent, a terminal), with its input (the launch
+    /// itself first), through [`RunManager::on_sandboxd`].
+    pub(crate) async fn launch_interactive(
+        &self,
+        run: &LiveRun,
+        launch: sb::LaunchRequest,
+        tool: &str,
+    ) -> Result<(tonic::Streaming<sb::LaunchInteractiveResponse>, mpsc::Sender<sb::LaunchInteractiveRequest>), RunError>
+    {
+        use sb::launch_interactive_request::Input;
+        let channels = self.channels().clone();
+        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret| {
+            let (channels, launch) = (channels.clone(), launch.clone());
+            async move {
+                let (inputs, input_rx) = mpsc::channel::<sb::LaunchInteractiveRequest>(16);
+                let _ = inputs.send(sb::LaunchInteractiveRequest { input: Some(Input::Launch(launch)) }).await;
+                let call = sandboxd.launch_interactive(ReceiverStream::new(input_rx));
+                let launched = channels.within(crate::helpers::HelperKind::Sandboxd, "LaunchInteractive", call).await?;
+                Ok((launched.into_inner(), inputs))
+            }
+        };
+        self.on_sandboxd(run, tool, launching).await
+    }
+
     /// Makes a launch `call` of the run's: once more on the sandboxd that replaces one
     /// that died as the call was made, and after registering the run again with a
     /// sandboxd that restarted since the run started.
@@ -402,6 +426,7 @@ impl RunManager {
             argv: vec![b"bash".to_vec(), b"-c".to_vec(), call.command.into_bytes()],
             timeout_seconds: timeout,
             host: None,
+            ..Default::default()
         };
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);

@@ -30,6 +30,7 @@ async fn refused(client: &mut Client, kind: cc_proto::common::v1::EnvelopeKind) 
         argv: vec![b"/bin/true".to_vec()],
         timeout_seconds: 5,
         host: None,
+        ..Default::default()
     };
     match client.launch(request).await {
         Err(status) => status,
@@ -160,6 +161,7 @@ async fn a_directory_swapped_for_a_link_during_launches_is_never_what_gets_mount
             argv: vec![b"/bin/cat".to_vec(), b"/proc/self/mountinfo".to_vec()],
             timeout_seconds: 10,
             host: None,
+            ..Default::default()
         };
         let Ok(stream) = client.launch(request).await else {
             failed += 1;

@@ -8,6 +8,7 @@ mod limits;
 mod progress;
 mod render;
 mod runs;
+mod terminal;
 mod words;
 
 use std::path::PathBuf;
@@ -108,6 +109,11 @@ enum Command {
         run: String,
         #[command(subcommand)]
         action: runs::ToolAction,
+    },
+    /// Terminals the supervisor hosts: they outlive their clients (detach with `~.`)
+    Terminal {
+        #[command(subcommand)]
+        action: terminal::TerminalAction,
     },
     /// The main job: run CMD on a copy of a repository, confined and gated, and exit with its status
     Exec(exec::ExecArgs),
@@ -523,6 +529,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run { action } => runs::run(connect_runs(&socket, &data).await?, action, cli.json).await?,
         Command::Tool { run, action } => runs::tool(connect_runs(&socket, &data).await?, run, action, cli.json).await?,
+        Command::Terminal { action } => {
+            terminal::terminal(connect(&socket, &data).await?.terminals, action, cli.json).await?
+        }
         Command::Exec(args) => {
             let socket = cli.socket.is_some().then_some(socket);
             exec::exec(args, socket, cli.data_dir.is_some().then_some(data)).await?

@@ -464,6 +464,67 @@ pub fn mode_name(mode: i32) -> &'static str {
     }
 }
 
+fn terminal_json(t: &pb::Terminal) -> Value {
+    let backend = super::words::terminal_backend_name(t.backend);
+    json!({
+        "name": t.name,
+        "backend": backend,
+        "unsandboxed": backend == "host",
+        "conversation_id": (!t.conversation_id.is_empty()).then_some(&t.conversation_id),
+        "run_id": (!t.run_id.is_empty()).then_some(&t.run_id),
+        "state": if t.state == pb::TerminalState::Exited as i32 { "exited" } else { "running" },
+        "command": t.command,
+        "columns": t.size.map(|s| s.columns),
+        "rows": t.size.map(|s| s.rows),
+        "attached_clients": t.attached_clients,
+        "created": time(t.create_time.as_ref()),
+        "pid": (t.pid != 0).then_some(t.pid),
+        "exit": t.exit.as_ref().map(|e| json!({ "code": e.code, "signal": e.signal, "reason": e.reason })),
+        "confinement": t.confinement,
+    })
+}
+
+/// Terminals: a table, or (`created`) the new one's name and what confines it.
+pub fn terminals(list: &[pb::Terminal], json: bool, created: bool) {
+    if json {
+        let all: Vec<Value> = list.iter().map(terminal_json).collect();
+        return print_json(&if created { all.into_iter().next().unwrap_or(Value::Null) } else { Value::Array(all) });
+    }
+    if created {
+        for t in list {
+            print(&format!("{}\n", t.name));
+            eprintln!("ccctl: {}", one_line(&t.confinement));
+        }
+        return;
+    }
+    let mut out = format!(
+        "{:<24}{:<9}{:<9}{:<9}{:<20}{:<18}{}\n",
+        "NAME", "BACKEND", "STATE", "CLIENTS", "CONVERSATION", "RUN", "COMMAND"
+    );
+    for t in list {
+        let state = match &t.exit {
+            Some(e) => match (e.code, e.signal) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(signal)) => format!("signal {signal}"),
+                _ => "exited".into(),
+            },
+            None => "running".into(),
+        };
+        let dash = |s: &str| if s.is_empty() { "-".to_owned() } else { s.to_owned() };
+        out.push_str(&format!(
+            "{:<24}{:<9}{:<9}{:<9}{:<20}{:<18}{}\n",
+            t.name,
+            super::words::terminal_backend_name(t.backend),
+            state,
+            t.attached_clients,
+            dash(&t.conversation_id),
+            dash(&t.run_id),
+            one_line(&shell_words(&t.command)),
+        ));
+    }
+    print(&out);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,6 +48,27 @@ pub fn envelope_name(value: i32) -> &'static str {
     if value == SandboxBackend::Native as i32 { "native" } else { "unwrapped" }
 }
 
+/// `--backend`'s words for a terminal (clap has checked them).
+pub fn terminal_backend(word: &str) -> cc_proto::supervisor::v1::TerminalBackend {
+    use cc_proto::supervisor::v1::TerminalBackend;
+    match word {
+        "native" => TerminalBackend::Native,
+        "microvm" => TerminalBackend::Microvm,
+        _ => TerminalBackend::Host,
+    }
+}
+
+/// A terminal's backend as `--backend` spells it.
+pub fn terminal_backend_name(value: i32) -> &'static str {
+    use cc_proto::supervisor::v1::TerminalBackend;
+    match TerminalBackend::try_from(value) {
+        Ok(TerminalBackend::Host | TerminalBackend::Unspecified) => "host",
+        Ok(TerminalBackend::Native) => "native",
+        Ok(TerminalBackend::Microvm) => "microvm",
+        Err(_) => "unknown",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
