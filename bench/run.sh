@@ -31,6 +31,7 @@ if [ -d target/bench-srt/node_modules/@anthropic-ai/sandbox-runtime ]; then
 fi
 ./target/release/cc-bench egress "$srt_proxy"
 ./target/release/cc-bench adapters
+./target/release/cc-bench terminals
 if [ "$(id -u)" = 0 ]; then
   ./target/release/cc-bench limits
 else

@@ -18,6 +18,8 @@
 //! * `egress`: 1 GiB through a run's CONNECT tunnel vs straight over loopback (and
 //!   through srt's proxy), and the connect latency the proxy adds.
 //! * `adapters`: the claude-code hook's decision latency.
+//! * `terminals`: a hosted terminal's keystroke echo and `cat` throughput against a
+//!   local pty.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -39,6 +41,7 @@ mod neighbours;
 mod runs;
 mod sandbox;
 mod search;
+mod terminals;
 
 fn main() -> anyhow::Result<()> {
     let which = std::env::args().nth(1).unwrap_or_else(|| "supervisor".into());
@@ -53,9 +56,10 @@ fn main() -> anyhow::Result<()> {
         "git" => git::run(),
         "egress" => egress::run(std::env::args().nth(2)),
         "adapters" => adapters::run(),
+        "terminals" => terminals::run(),
         other => {
             bail!(
-                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters)"
+                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, terminals)"
             )
         }
     }
@@ -73,6 +77,12 @@ pub(crate) fn sibling(name: &str) -> anyhow::Result<PathBuf> {
 /// A supervisor started for measuring; stopped on drop.
 pub(crate) struct Running {
     child: std::process::Child,
+}
+
+impl Running {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Running {
