@@ -3,6 +3,7 @@
 //!
 //! * [`probe`]: the sandbox backend probe (a real test launch) and the person's choice;
 //! * [`cgroup`]: per-run resource limits (cgroup v2 or v1);
+//! * [`microvm`]: what this host has of what a microVM needs, and the verdict;
 //! * [`terminal`]: the sizes and signals a hosted terminal takes;
 //! * [`beneath`]: reaching inside a directory tree an agent controls without following
 //!   its links;
@@ -12,6 +13,7 @@
 
 pub mod beneath;
 pub mod cgroup;
+pub mod microvm;
 pub mod probe;
 pub mod terminal;
 

@@ -65,6 +65,8 @@ pub struct SandboxdService {
     context: HelperContext,
     launcher: Arc<Launcher>,
     runs: Arc<Runs>,
+    /// The microVM probe, made once at start.
+    microvm: cc_host::microvm::MicrovmProbe,
 }
 
 impl SandboxdService {
@@ -83,7 +85,13 @@ impl SandboxdService {
             std::fs::canonicalize(&context.bootstrap.data_dir).unwrap_or_else(|_| context.bootstrap.data_dir.clone());
         let runs = Arc::new(Runs::default());
         let launcher = Arc::new(Launcher::new(probe, runs.clone(), data_dir));
-        Ok(Self { context: context.clone(), launcher, runs })
+        let image = options.get("microvm_image").map(PathBuf::from).unwrap_or_else(|| {
+            let here = std::env::current_exe().ok().and_then(|e| e.parent().map(std::path::Path::to_owned));
+            cc_host::microvm::default_image_dir(&here.unwrap_or_default())
+        });
+        let microvm = cc_host::microvm::judge(&cc_host::microvm::gather(&image, false));
+        tracing::info!(microvm = %microvm.line, "sandboxd microvm probe");
+        Ok(Self { context: context.clone(), launcher, runs, microvm })
     }
 }
 
@@ -117,7 +125,12 @@ impl Sandboxd for SandboxdService {
     ) -> Result<Response<pb::GetProbeResponse>, Status> {
         let probe = self.launcher.probe();
         let backend = SandboxBackend::from(probe.backend) as i32;
-        Ok(Response::new(pb::GetProbeResponse { backend, detail: probe.detail.clone() }))
+        Ok(Response::new(pb::GetProbeResponse {
+            backend,
+            detail: probe.detail.clone(),
+            microvm_available: self.microvm.available,
+            microvm: self.microvm.line.clone(),
+        }))
     }
 
     async fn register_run(

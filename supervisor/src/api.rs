@@ -360,7 +360,12 @@ impl Sandbox for SupervisorApi {
     ) -> Result<Response<pb::GetProbeResponse>, Status> {
         let probe = self.sandbox_probe().await?;
         let limits = self.runs.enforcement().describe();
-        Ok(Response::new(pb::GetProbeResponse { backend: probe.backend, detail: probe.detail, limits }))
+        Ok(Response::new(pb::GetProbeResponse {
+            backend: probe.backend,
+            detail: probe.detail,
+            limits,
+            microvm: probe.microvm,
+        }))
     }
 
     async fn list_adapters(

@@ -367,6 +367,9 @@ pub struct HelperConfig {
 #[serde(deny_unknown_fields)]
 pub struct SandboxConfig {
     pub bwrap: Option<PathBuf>,
+    /// The microVM guest image (`vmlinux`, `initramfs.gz`, `release`) [default:
+    /// `microvm/` beside the helper binaries].
+    pub microvm_image: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

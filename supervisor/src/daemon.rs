@@ -175,9 +175,21 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         Some(dir) => dir.clone(),
         None => default_helper_dir().map_err(StartError::HelperDir)?,
     };
+    // The microVM backend: what this host has of what it needs, said on the startup
+    // line (sandboxd, which would launch the VMs, probes the same for itself). Its
+    // guest image is looked for beside the helpers.
+    let microvm_image =
+        config.sandbox.microvm_image.clone().unwrap_or_else(|| cc_host::microvm::default_image_dir(&helper_dir));
+    let image = microvm_image.clone();
+    let microvm =
+        tokio::task::spawn_blocking(move || cc_host::microvm::judge(&cc_host::microvm::gather(&image, false)))
+            .await
+            .map_err(|e| StartError::Api(format!("the microvm probe failed: {e}")))?;
+    say(&microvm.line);
     // sandboxd probes for itself, with the same choice and bubblewrap.
     let mut sandboxd_options = std::collections::BTreeMap::new();
     sandboxd_options.insert("sandbox".to_owned(), options.sandbox.as_str().to_owned());
+    sandboxd_options.insert("microvm_image".to_owned(), microvm_image.display().to_string());
     if let Some(bwrap) = &config.sandbox.bwrap {
         sandboxd_options.insert("bwrap".to_owned(), bwrap.display().to_string());
     }
@@ -264,6 +276,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         conversations.clone(),
         events.clone(),
         probe.backend == Backend::Native,
+        microvm.clone(),
     );
 
     // 8. Serve the client API: health, reflection, and one service per resource, every

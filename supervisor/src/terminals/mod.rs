@@ -136,6 +136,8 @@ pub struct TerminalManager {
     events: Arc<EventLog>,
     /// Whether sandboxd wraps launches in the native envelope (the probe).
     enveloped: bool,
+    /// The microVM probe, which says why a microVM terminal cannot be had.
+    microvm: cc_host::microvm::MicrovmProbe,
 }
 
 impl TerminalManager {
@@ -145,8 +147,17 @@ impl TerminalManager {
         conversations: Arc<Conversations>,
         events: Arc<EventLog>,
         enveloped: bool,
+        microvm: cc_host::microvm::MicrovmProbe,
     ) -> Arc<Self> {
-        Arc::new(TerminalManager { terminals: Mutex::default(), config, runs, conversations, events, enveloped })
+        Arc::new(TerminalManager {
+            terminals: Mutex::default(),
+            config,
+            runs,
+            conversations,
+            events,
+            enveloped,
+            microvm,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<TerminalId, Arc<Terminal>>> {
@@ -185,9 +196,10 @@ impl TerminalManager {
             Backend::Host => self.start_host(&request).await?,
             Backend::Native => self.start_native(&request).await?,
             Backend::Microvm => {
+                let why = self.microvm.line.strip_prefix("microvm=").unwrap_or(&self.microvm.line);
                 return Err(TerminalError::Unavailable {
                     backend: "microvm",
-                    why: "this build has no microVM backend yet (issue 23); use host or native".into(),
+                    why: format!("{why}; use host or native"),
                 });
             }
         };

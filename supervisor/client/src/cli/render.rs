@@ -419,9 +419,16 @@ pub fn conversations(list: &[pb::Conversation], json: bool) {
 pub fn sandbox_probe(p: &pb::GetProbeResponse, json: bool) {
     let backend = super::words::sandbox_backend_name(p.backend);
     if json {
-        return print_json(&json!({ "backend": backend, "detail": p.detail, "limits": p.limits }));
+        return print_json(
+            &json!({ "backend": backend, "detail": p.detail, "limits": p.limits, "microvm": p.microvm }),
+        );
     }
-    print(&format!("sandbox backend={backend} ({})\nlimits={}\n", one_line(&p.detail), one_line(&p.limits)));
+    print(&format!(
+        "sandbox backend={backend} ({})\nlimits={}\n{}\n",
+        one_line(&p.detail),
+        one_line(&p.limits),
+        one_line(&p.microvm)
+    ));
 }
 
 /// One argument a line, quoted for a POSIX shell, so that it can be pasted and run.
