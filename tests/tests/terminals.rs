@@ -155,24 +155,29 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 }
 
 /// 2 GiB of output through a terminal, with a client that reads and one that never
-/// does (detached after `stalled_client_ms`), and with none: the supervisor's peak
-/// memory grows by less than the stated bound (32 MiB; the scrollback is 256 KiB and
-/// each client's queue at most 256 KiB). `stty -opost`: this VM's terminal line
-/// discipline turns output newlines into CRLF at ~10 MB/s, a quarter of an hour for
-/// 2 GiB; without it the flood takes seconds.
+/// does (detached after `stalled_client_ms`): the supervisor's peak memory grows by
+/// less than the stated bound (32 MiB; the scrollback is 256 KiB and each client's
+/// queue at most 256 KiB). `stty -opost`: `yes` writes two-byte lines, and the line
+/// discipline's newline translation of those runs at ~5 MB/s on this VM (seven
+/// minutes for 2 GiB); without it the flood takes seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_output_does_not_grow_the_supervisor() {
-    let config = "[terminals]\nstalled_client_ms = 500\n";
+    // Long enough that the reading client, on a loaded machine, is never taken for
+    // a stuck one.
+    let config = "[terminals]\nstalled_client_ms = 3000\n";
     let sup = Supervisor::start(Options { config: Some(config.into()), ..Default::default() });
     let pid = sup.child.id();
     let mut client = sup.client().await;
     let before = rss_kib(pid, "VmHWM:");
-    let flood = "stty -opost; yes | head -c 2G; echo; echo flood-done";
+    // It waits for the reader: output with no client attached rolls through the
+    // 256 KiB scrollback, which would leave the reader short of 2 GiB.
+    let flood = "read go; stty -opost; yes | head -c 2G; echo; echo flood-done";
     let terminal = create(&mut client, pb::TerminalBackend::Host, "", &["/bin/sh", "-c", flood]).await.unwrap();
     // Never read, on a connection of its own: it holds the output back until it is
     // detached.
     let stuck = attach(&mut sup.client().await, &terminal.name).await.unwrap();
     let mut reader = attach(&mut client, &terminal.name).await.unwrap();
+    reader.type_text("go\n").await;
     let mut read = 0u64;
     let reading = async {
         loop {
