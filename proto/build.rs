@@ -8,6 +8,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut files = Vec::new();
     collect_protos(root, &mut files)?;
     files.sort();
+    // The directory too: a new .proto file is a change no listed file shows.
+    println!("cargo:rerun-if-changed={}", root.display());
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }

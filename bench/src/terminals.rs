@@ -106,10 +106,15 @@ async fn local_cat(file: &str) -> anyhow::Result<(Duration, u64)> {
 }
 
 async fn hosted_cat(client: &mut cc_client::Client, file: &str) -> anyhow::Result<(Duration, u64)> {
-    let t = Instant::now();
-    let terminal = create(client, pb::TerminalBackend::Host, "", &["/bin/cat", file]).await?;
+    // The command waits for the attach: output with no client attached rolls through
+    // the scrollback and would be lost to the count.
+    let line = format!("read go; exec cat '{file}'");
+    let terminal = create(client, pb::TerminalBackend::Host, "", &["/bin/sh", "-c", &line]).await?;
     let mut attached = attach(client, &terminal.name).await?;
-    let mut total = 0u64;
+    let t = Instant::now();
+    attached.type_text("go\n").await;
+    // The echo of "go" (CR LF) is not cat's.
+    let mut total = 0u64.wrapping_sub(4);
     loop {
         let had = attached.seen.len();
         let more = attached.read_one().await;
@@ -156,6 +161,9 @@ pub fn run() -> anyhow::Result<()> {
             rounds.push((local_time, local_bytes, hosted_time, hosted_bytes));
         }
         for (local_time, local_bytes, hosted_time, hosted_bytes) in &rounds {
+            if local_bytes != hosted_bytes {
+                bail!("cat through the supervisor gave {hosted_bytes} bytes, on a local pty {local_bytes}");
+            }
             let rate = |bytes: u64, time: &Duration| bytes as f64 / time.as_secs_f64() / (1 << 20) as f64;
             let (local_rate, hosted_rate) = (rate(*local_bytes, local_time), rate(*hosted_bytes, hosted_time));
             println!(

@@ -41,7 +41,17 @@ const INJECTION: &[&str] = &[
     "SHELLOPTS",
     "BASHOPTS",
     "PROMPT_COMMAND",
+    // A prompt's command substitutions run at every prompt (bash's promptvars).
+    "PS0",
+    "PS1",
+    "PS2",
+    "PS3",
     "PS4",
+    // Read at start by readline and curses, and run by less and man.
+    "INPUTRC",
+    "TERMINFO",
+    "TERMINFO_DIRS",
+    "MANPAGER",
     "IFS",
     "CDPATH",
     "PYTHONSTARTUP",
@@ -230,7 +240,7 @@ pub fn add_requested<'a>(
     policy_names: &[&str],
 ) {
     for (name, value) in requested {
-        let reserved = name == "PATH" || name == "HOME" || policy_names.contains(&name);
+        let reserved = ["PATH", "HOME"].iter().chain(policy_names).any(|r| r.eq_ignore_ascii_case(name));
         let well_formed = !name.is_empty() && !name.contains(['=', '\0']) && !value.contains('\0');
         // NotAllowed, for a well-formed name, says only that it is not on the host's list.
         if !reserved && well_formed && matches!(judge(name, value, false), Ok(()) | Err(Dropped::NotAllowed)) {
@@ -253,6 +263,9 @@ mod tests {
             ("PATH", "/tmp"),
             ("HOME", "/"),
             ("HTTPS_PROXY", "http://evil:1"),
+            ("https_proxy", "http://evil:1"),
+            ("Path", "/tmp"),
+            ("PS1", "$(touch /tmp/x)"),
             ("COLUMNS", "80"),
         ];
         add_requested(&mut env, requested, &["HTTPS_PROXY"]);
@@ -262,6 +275,7 @@ mod tests {
         assert_eq!(env["HTTPS_PROXY"], "http://127.0.0.1:1");
         assert!(!env["PATH"].contains("/tmp"));
         assert!(!env.contains_key("LD_PRELOAD") && !env.contains_key("GITHUB_TOKEN"));
+        assert!(!env.contains_key("https_proxy") && !env.contains_key("Path") && !env.contains_key("PS1"));
     }
 
     #[test]

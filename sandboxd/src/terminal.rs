@@ -55,30 +55,40 @@ pub fn open(size: &pb::PtySize, owner: Option<cc_host::ServiceUser>) -> Result<O
     Ok(Opened { master, slave: TerminalSlave(slave) })
 }
 
-/// Carries the caller's input to the terminal until either ends: bytes are typed, a
-/// resize is set on the master (the kernel tells the foreground job with SIGWINCH),
-/// a signal goes to the foreground process group.
+/// Carries the caller's input to the terminal until either ends: bytes are typed (by
+/// a writer of their own, so that a command that reads nothing holds up only the
+/// bytes), a resize is set on the master (the kernel tells the foreground job with
+/// SIGWINCH), a signal goes to the foreground process group by the kernel's own
+/// reference to it (TIOCSIG), never by a number that could by then name a process
+/// outside the envelope. Messages are taken in order: a signal sent after bytes the
+/// command does not read waits for them, as a key typed after them would.
 pub async fn feed(mut input: mpsc::Receiver<Input>, mut master: pty_process::OwnedWritePty, control: OwnedFd) {
+    let (typed, mut to_type) = mpsc::channel::<Vec<u8>>(16);
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = to_type.recv().await {
+            if master.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
     while let Some(message) = input.recv().await {
         match message {
             Input::Stdin(bytes) => {
-                if master.write_all(&bytes).await.is_err() {
-                    return;
+                if typed.send(bytes).await.is_err() {
+                    break;
                 }
             }
             Input::Resize(new) => {
                 if let Ok(new) = size(&new) {
-                    let _ = master.resize(new);
+                    let _ = rustix::termios::tcsetwinsize(&control, new.into());
                 }
             }
             Input::Signal(number) => {
-                // The group as our pid namespace numbers it: the kernel translates.
-                if let (Some(signal), Ok(group)) = (cc_host::terminal::signal(number), nix::unistd::tcgetpgrp(&control))
-                    && group.as_raw() > 0
-                {
-                    let _ = nix::sys::signal::killpg(group, signal);
+                if let Some(signal) = cc_host::terminal::signal(number) {
+                    let _ = cc_host::terminal::signal_foreground(&control, signal);
                 }
             }
         }
     }
+    writer.abort();
 }

@@ -385,7 +385,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         server.abort();
     }
     // Runs before helpers: a run's end unregisters it from sandboxd.
-    terminals.hang_up_all().await;
+    terminals.hang_up_all();
     runs.stop_all(RUNS_STOP).await;
     helpers.stop_all(HELPERS_STOP).await;
     enforcement.tear_down();

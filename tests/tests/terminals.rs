@@ -96,8 +96,9 @@ fn a_host_terminal_under_tmux_types_resizes_interrupts_detaches_and_replays() {
         tmux.keys(&["stty size", "Enter"]);
         tmux.pane().contains("40 120")
     });
-    tmux.keys(&["sleep 600", "Enter"]);
-    tmux.shows("sleep 600", 1);
+    // The job says it is up once it is the foreground job; only then is Ctrl-C typed.
+    tmux.keys(&["sh -c 'echo up-$((1+1)); exec sleep 600'", "Enter"]);
+    tmux.shows("up-2", 1);
     tmux.keys(&["C-c"]);
     tmux.keys(&["echo status=$?", "Enter"]);
     tmux.shows("status=130", 1);
@@ -175,7 +176,7 @@ async fn a_flood_of_output_does_not_grow_the_supervisor() {
     let terminal = create(&mut client, pb::TerminalBackend::Host, "", &["/bin/sh", "-c", flood]).await.unwrap();
     // Never read, on a connection of its own: it holds the output back until it is
     // detached.
-    let stuck = attach(&mut sup.client().await, &terminal.name).await.unwrap();
+    let mut stuck = attach(&mut sup.client().await, &terminal.name).await.unwrap();
     let mut reader = attach(&mut client, &terminal.name).await.unwrap();
     reader.type_text("go\n").await;
     let mut read = 0u64;
@@ -193,8 +194,13 @@ async fn a_flood_of_output_does_not_grow_the_supervisor() {
     tokio::time::timeout(Duration::from_secs(600), reading).await.expect("the flood ends");
     assert!(String::from_utf8_lossy(&reader.seen).contains("flood-done"));
     assert_eq!(reader.exit.as_ref().and_then(|e| e.code), Some(0));
-    assert!(read >= 2 << 30, "the reader saw all of it: {read}");
-    drop(stuck);
+    // Every byte: 2 GiB, the echo of "go" (CR LF), the blank line and the marker.
+    let expected = (2u64 << 30) + "go\r\n".len() as u64 + "\nflood-done\n".len() as u64;
+    assert_eq!(read, expected, "the reader saw all of it, once");
+    // The stuck client, read now, has what its queue held, then its detachment.
+    stuck.read_to_end(LIMIT).await;
+    let refused = stuck.refused.expect("the stuck client was detached");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
     let after = rss_kib(pid, "VmHWM:");
     let grown_mib = after.saturating_sub(before) / 1024;
     assert!(grown_mib < 32, "the supervisor's peak memory grew by {grown_mib} MiB ({before} → {after} KiB)");
@@ -259,19 +265,21 @@ async fn a_native_terminal_is_confined_and_keeps_tiocsti_refused() {
     let at = t.read_until("tiocsti-6", 0, LIMIT).await;
     let shown = String::from_utf8_lossy(&t.seen[..at]).into_owned();
     assert!(shown.contains("PermissionError: [Errno 1] Operation not permitted"), "{shown}");
+    // Each job says it is up once it is the foreground job; only then is it signalled.
+    let job = "sh -c 'echo up-$((1+1)); exec sleep 600'\n";
     let mark = t.seen.len();
-    t.type_text("sleep 600\n").await;
-    t.read_until("sleep 600", mark, LIMIT).await;
+    t.type_text(job).await;
+    t.read_until("up-2", mark, LIMIT).await;
     t.send(Input::Data(vec![3])).await;
     t.type_text("echo status=$?-x\n").await;
     t.read_until("status=130-x", mark, LIMIT).await;
     // A signal by message reaches the foreground job too.
     let mark = t.seen.len();
-    t.type_text("sleep 600\n").await;
-    t.read_until("sleep 600", mark, LIMIT).await;
-    t.send(Input::Signal(nix::sys::signal::Signal::SIGTERM as i32)).await;
+    t.type_text(job).await;
+    t.read_until("up-2", mark, LIMIT).await;
+    t.send(Input::Signal(nix::sys::signal::Signal::SIGQUIT as i32)).await;
     t.type_text("echo status=$?-y\n").await;
-    t.read_until("status=143-y", mark, LIMIT).await;
+    t.read_until("status=131-y", mark, LIMIT).await;
     // The shell's exit ends the terminal and its run.
     t.type_text("exit 5\n").await;
     t.read_to_end(LIMIT).await;
@@ -340,7 +348,8 @@ async fn an_idle_terminal_ends() {
 }
 
 /// kill -9 of the supervisor: its terminals' masters close, which hangs their
-/// commands up; none is left running.
+/// commands up (the shell passes the hangup to its jobs, as in any terminal; a job the
+/// person `nohup`ed survives, as it would there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_supervisor_sigkill_leaves_no_terminal_behind() {
     let mut sup = Supervisor::start(Options::default());
@@ -373,7 +382,8 @@ async fn a_native_terminal_ends_clearly_when_sandboxd_is_killed() {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(sandboxd as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     t.read_to_end(LIMIT).await;
     let exit = t.exit.expect("an exit");
-    assert!(exit.code.is_none() || exit.code != Some(0), "{exit:?}");
+    assert_ne!(exit.code, Some(0), "{exit:?}");
+    assert!(exit.reason.starts_with("sandboxd"), "the exit says sandboxd ended it: {exit:?}");
     let got = client.terminals.get_terminal(pb::GetTerminalRequest { name: terminal.name.clone() }).await.unwrap();
     assert_eq!(got.into_inner().terminal.unwrap().state, pb::TerminalState::Exited as i32);
     let run = terminal.run_id.clone();
@@ -381,8 +391,33 @@ async fn a_native_terminal_ends_clearly_when_sandboxd_is_killed() {
         let shown = f.sup.ccctl_json(&["run", "show", &run]);
         shown["state"] != "running" && shown["state"] != "starting"
     });
-    eventually(LIMIT, "no bubblewrap of the run is left", || {
-        let out = Command::new("pgrep").args(["-f", &terminal.run_id]).output().unwrap();
-        out.stdout.is_empty()
-    });
+}
+
+/// A command that reads nothing, under typing that fills its terminal: the typing
+/// waits, but a delete (from anyone) still ends it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_that_reads_nothing_can_still_be_deleted() {
+    let sup = Supervisor::start(Options::default());
+    let mut client = sup.client().await;
+    // Raw: a canonical terminal discards what overflows its line; a raw one makes the
+    // writer wait.
+    let job = "stty raw -echo; echo up-$((1+1)); exec sleep 600";
+    let terminal = create(&mut client, pb::TerminalBackend::Host, "", &["/bin/sh", "-c", job]).await.unwrap();
+    let mut t = attach(&mut client, &terminal.name).await.unwrap();
+    t.read_until("up-2", 0, LIMIT).await;
+    // 768 KiB that nothing reads: far more than the terminal's input and every queue
+    // on the way hold.
+    for _ in 0..48 {
+        t.send(Input::Data(vec![b'x'; 16 << 10])).await;
+    }
+    let deleted = tokio::time::timeout(
+        LIMIT,
+        client.terminals.delete_terminal(pb::DeleteTerminalRequest { name: terminal.name.clone() }),
+    )
+    .await
+    .expect("the delete answers at once");
+    deleted.unwrap();
+    let exited = wait_for_event(&mut client, 0, LIMIT, |e: &Event| e.kind == "terminal_exited").await;
+    assert_eq!(payload(&exited)["reason"], "deleted");
+    eventually(LIMIT, "the command is gone", || !alive(terminal.pid));
 }

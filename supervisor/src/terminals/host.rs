@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::session::{Control, Exit, Hosted, Size};
+use super::session::{Control, Exit, Hosted, Inputs, Size};
 
 /// How long a command may take to go after SIGHUP before it is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(3);
@@ -57,8 +57,8 @@ pub fn home() -> PathBuf {
 }
 
 /// Starts `spec` on a new pseudo-terminal, as the leader of a session of its own
-/// whose controlling terminal it is.
-pub fn start(spec: Spec) -> std::io::Result<Hosted> {
+/// whose controlling terminal it is, fed by `inputs`.
+pub fn start(spec: Spec, inputs: Inputs) -> std::io::Result<Hosted> {
     let fail = |e: pty_process::Error| std::io::Error::other(e.to_string());
     let (pty, pts) = pty_process::open().map_err(fail)?;
     pty.resize(pty_process::Size::new(spec.size.rows, spec.size.columns)).map_err(fail)?;
@@ -72,7 +72,7 @@ pub fn start(spec: Spec) -> std::io::Result<Hosted> {
     }
     let mut child = command.spawn(pts).map_err(fail)?;
     let pid = child.id().unwrap_or(0);
-    let control_fd: OwnedFd = pty.as_fd().try_clone_to_owned()?;
+    let master: OwnedFd = pty.as_fd().try_clone_to_owned()?;
     let (mut read, mut write) = pty.into_split();
 
     let (output_tx, output) = mpsc::channel::<Bytes>(4);
@@ -90,8 +90,17 @@ pub fn start(spec: Spec) -> std::io::Result<Hosted> {
             }
         }
     });
+    // Typing has a writer of its own: a command that reads nothing holds up only the
+    // typing, never a resize, a signal or the hangup.
+    let Inputs { mut typed, mut controls, mut hangup } = inputs;
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = typed.recv().await {
+            if write.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
 
-    let (control, mut controls) = mpsc::channel::<Control>(16);
     let (exited_tx, exited) = oneshot::channel();
     tokio::spawn(async move {
         let group = Pid::from_raw(pid as i32);
@@ -99,31 +108,25 @@ pub fn start(spec: Spec) -> std::io::Result<Hosted> {
         let status = loop {
             tokio::select! {
                 status = child.wait() => break status.ok(),
-                message = controls.recv() => match message {
-                    Some(Control::Data(bytes)) => {
-                        let _ = write.write_all(&bytes).await;
+                Some(control) = controls.recv() => match control {
+                    Control::Resize(size) => {
+                        let size = pty_process::Size::new(size.rows, size.columns);
+                        let _ = rustix::termios::tcsetwinsize(&master, size.into());
                     }
-                    Some(Control::Resize(size)) => {
-                        let _ = write.resize(pty_process::Size::new(size.rows, size.columns));
-                    }
-                    Some(Control::Signal(number)) => {
-                        if let (Some(signal), Ok(foreground)) =
-                            (cc_host::terminal::signal(number), nix::unistd::tcgetpgrp(&control_fd))
-                        {
-                            let _ = killpg(foreground, signal);
+                    Control::Signal(number) => {
+                        if let Some(signal) = cc_host::terminal::signal(number) {
+                            let _ = cc_host::terminal::signal_foreground(&master, signal);
                         }
                     }
-                    Some(Control::Hangup(why)) => {
-                        reason = why;
-                        break hang_up(&mut child, group).await;
-                    }
-                    None => {
-                        reason = "its session ended".into();
-                        break hang_up(&mut child, group).await;
-                    }
                 },
+                // Asked for, or the session is gone (its sender dropped).
+                _ = hangup.changed() => {
+                    reason = hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
+                    break hang_up(&mut child, group).await;
+                }
             }
         };
+        writer.abort();
         // What the command printed last is read; a background job that keeps the
         // terminal open does not keep the session.
         let drain = reader.abort_handle();
@@ -134,7 +137,7 @@ pub fn start(spec: Spec) -> std::io::Result<Hosted> {
         let exit = Exit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()), reason };
         let _ = exited_tx.send(exit);
     });
-    Ok(Hosted { output, exited, control, pid })
+    Ok(Hosted { output, exited, pid })
 }
 
 /// Ends the command's session: SIGHUP (and SIGCONT, so that a stopped job gets it),

@@ -18,6 +18,7 @@ pub mod session;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -30,7 +31,7 @@ use crate::conversations::{ConversationError, Conversations};
 use crate::events::EventLog;
 use crate::ids::{ConversationId, RunId, TerminalId};
 use crate::runs::{RunError, RunManager};
-use session::{Control, Exit, Session, Size};
+use session::{Exit, Session, Size};
 
 /// Which backend hosts a terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +137,10 @@ pub struct TerminalManager {
     events: Arc<EventLog>,
     /// Whether sandboxd wraps launches in the native envelope (the probe).
     enveloped: bool,
+    /// Creates in flight, counted toward `max_terminals`.
+    starting: AtomicUsize,
+    /// Set once the supervisor stops: no terminal starts after it.
+    stopping: AtomicBool,
     /// The microVM probe, which says why a microVM terminal cannot be had.
     microvm: cc_host::microvm::MicrovmProbe,
 }
@@ -156,6 +161,8 @@ impl TerminalManager {
             conversations,
             events,
             enveloped,
+            starting: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
             microvm,
         })
     }
@@ -177,8 +184,19 @@ impl TerminalManager {
         self.lock().values().cloned().collect()
     }
 
+    /// Terminals whose command runs, and those being started.
+    fn running(&self) -> usize {
+        self.lock().values().filter(|t| t.session.exit().is_none()).count() + self.starting.load(Ordering::SeqCst)
+    }
+
     pub async fn create(self: &Arc<Self>, request: CreateRequest) -> Result<Arc<Terminal>, TerminalError> {
-        if self.lock().len() >= self.config.max_terminals as usize {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(TerminalError::CannotStart("the supervisor is stopping".into()));
+        }
+        // Counted from here, so that creates in flight cannot together pass the limit.
+        self.starting.fetch_add(1, Ordering::SeqCst);
+        let _counted = Starting(&self.starting);
+        if self.running() > self.config.max_terminals as usize {
             return Err(TerminalError::TooMany(self.config.max_terminals));
         }
         if request.command.iter().any(|a| a.contains('\0')) || request.command.first().is_some_and(String::is_empty) {
@@ -192,9 +210,10 @@ impl TerminalManager {
         let id = TerminalId::mint().map_err(|e| TerminalError::CannotStart(e.to_string()))?;
         let scrollback = usize::try_from(self.config.scrollback_bytes).unwrap_or(usize::MAX);
         let stalled = Duration::from_millis(self.config.stalled_client_ms.max(1));
+        let (senders, inputs) = session::inputs();
         let (hosted, run, command, confinement) = match request.backend {
-            Backend::Host => self.start_host(&request).await?,
-            Backend::Native => self.start_native(&request).await?,
+            Backend::Host => self.start_host(&request, inputs).await?,
+            Backend::Native => self.start_native(&request, inputs).await?,
             Backend::Microvm => {
                 let why = self.microvm.line.strip_prefix("microvm=").unwrap_or(&self.microvm.line);
                 return Err(TerminalError::Unavailable {
@@ -203,7 +222,7 @@ impl TerminalManager {
                 });
             }
         };
-        let session = Session::start(hosted, request.size, scrollback, stalled);
+        let session = Session::start(hosted, senders, request.size, scrollback, stalled);
         let terminal = Arc::new(Terminal {
             id: id.clone(),
             backend: request.backend,
@@ -214,7 +233,15 @@ impl TerminalManager {
             confinement,
             session,
         });
-        self.lock().insert(id.clone(), terminal.clone());
+        {
+            let mut terminals = self.lock();
+            Self::forget_oldest_exited(&mut terminals, self.config.max_terminals as usize);
+            terminals.insert(id.clone(), terminal.clone());
+        }
+        // Stopping began while this one started: it ends at once, as the others did.
+        if self.stopping.load(Ordering::SeqCst) {
+            terminal.session.hang_up("the supervisor is stopping");
+        }
         self.events.record(
             "terminal_created",
             &format!("terminal:{id}"),
@@ -231,9 +258,22 @@ impl TerminalManager {
         Ok(terminal)
     }
 
+    /// Exited terminals are kept (their scrollback and exit can still be read) until
+    /// deleted, but never more than `keep` of them: the oldest go first.
+    fn forget_oldest_exited(terminals: &mut BTreeMap<TerminalId, Arc<Terminal>>, keep: usize) {
+        let mut exited: Vec<(SystemTime, TerminalId)> =
+            terminals.values().filter(|t| t.session.exit().is_some()).map(|t| (t.created, t.id.clone())).collect();
+        exited.sort();
+        let excess = exited.len().saturating_sub(keep.saturating_sub(1));
+        for (_, id) in exited.into_iter().take(excess) {
+            terminals.remove(&id);
+        }
+    }
+
     async fn start_host(
         &self,
         request: &CreateRequest,
+        inputs: session::Inputs,
     ) -> Result<(session::Hosted, Option<RunId>, Vec<String>, String), TerminalError> {
         let cwd = match (&request.cwd, &request.conversation) {
             (Some(cwd), _) => cwd.clone(),
@@ -262,7 +302,7 @@ impl TerminalManager {
         let mut env = vec![("TERM".to_owned(), "xterm-256color".to_owned())];
         env.extend(request.env.iter().cloned());
         let spec = host::Spec { program, args, arg0, cwd, env, size: request.size };
-        let hosted = host::start(spec).map_err(|e| TerminalError::CannotStart(e.to_string()))?;
+        let hosted = host::start(spec, inputs).map_err(|e| TerminalError::CannotStart(e.to_string()))?;
         let uid = nix::unistd::getuid();
         let confinement = format!("none: a shell on the host as uid {uid}, unsandboxed");
         Ok((hosted, None, command, confinement))
@@ -271,6 +311,7 @@ impl TerminalManager {
     async fn start_native(
         &self,
         request: &CreateRequest,
+        inputs: session::Inputs,
     ) -> Result<(session::Hosted, Option<RunId>, Vec<String>, String), TerminalError> {
         if !self.enveloped {
             return Err(TerminalError::Unavailable {
@@ -292,7 +333,7 @@ impl TerminalManager {
         env.extend(request.env.iter().cloned());
         let spec =
             native::Spec { conversation, argv: command.clone(), env, size: request.size, network: request.network };
-        let (hosted, live) = native::start(&self.runs, spec).await?;
+        let (hosted, live) = native::start(&self.runs, spec, inputs).await?;
         let confinement = format!(
             "native envelope of run {} (network {}); typed commands are not classified",
             live.record.id,
@@ -327,7 +368,7 @@ impl TerminalManager {
                 }
                 _ = attached.changed() => {}
                 _ = idle_for => {
-                    self.hang_up(&terminal, &format!("idle: no client for {} s", idle.as_secs())).await;
+                    self.hang_up(&terminal, &format!("idle: no client for {} s", idle.as_secs()));
                 }
             }
         };
@@ -335,29 +376,51 @@ impl TerminalManager {
         self.events.record(
             "terminal_exited",
             &format!("terminal:{}", terminal.id),
-            json!({ "code": code, "signal": signal, "reason": reason, "backend": terminal.backend.as_str() }),
+            json!({
+                "code": code,
+                "signal": signal,
+                "reason": reason,
+                "backend": terminal.backend.as_str(),
+                "unsandboxed": terminal.backend == Backend::Host,
+            }),
         );
     }
 
-    async fn hang_up(&self, terminal: &Terminal, why: &str) {
+    /// Asks the terminal's backend to end its command; never waits.
+    fn hang_up(&self, terminal: &Terminal, why: &str) {
         tracing::info!(terminal = %terminal.id, why, "ending a terminal");
-        let _ = terminal.session.send(Control::Hangup(why.to_owned())).await;
+        terminal.session.hang_up(why);
     }
 
     /// Ends the terminal's command and forgets it.
-    pub async fn delete(&self, name: &str) -> Result<(), TerminalError> {
+    pub fn delete(&self, name: &str) -> Result<(), TerminalError> {
         let terminal = self.get(name)?;
         self.lock().remove(&terminal.id);
-        self.hang_up(&terminal, "deleted").await;
-        self.events.record("terminal_deleted", &format!("terminal:{}", terminal.id), json!({}));
+        self.hang_up(&terminal, "deleted");
+        let unsandboxed = terminal.backend == Backend::Host;
+        self.events.record(
+            "terminal_deleted",
+            &format!("terminal:{}", terminal.id),
+            json!({ "unsandboxed": unsandboxed }),
+        );
         Ok(())
     }
 
-    /// Ends every terminal (the supervisor is stopping).
-    pub async fn hang_up_all(&self) {
+    /// Ends every terminal, and every one still starting (the supervisor is stopping).
+    pub fn hang_up_all(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         let all: Vec<Arc<Terminal>> = std::mem::take(&mut *self.lock()).into_values().collect();
         for terminal in all {
-            self.hang_up(&terminal, "the supervisor is stopping").await;
+            self.hang_up(&terminal, "the supervisor is stopping");
         }
+    }
+}
+
+/// One create in flight, counted until it is done.
+struct Starting<'a>(&'a AtomicUsize);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -16,10 +16,10 @@ use cc_proto::common::v1::EnvelopeKind;
 use cc_proto::sandboxd::v1 as sb;
 use cc_proto::sandboxd::v1::launch_interactive_request::Input;
 use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::StreamExt;
 
-use super::session::{Control, Exit, Hosted, Size};
+use super::session::{Control, Exit, Hosted, Inputs, Size};
 use crate::ids::{ConversationId, RunId};
 use crate::runs::{LiveRun, RunError, RunManager, StartRequest};
 
@@ -37,8 +37,8 @@ pub fn default_command() -> Vec<String> {
     vec!["/bin/bash".into(), "-l".into()]
 }
 
-/// Starts the terminal's run, then its shell in the run's envelope.
-pub async fn start(manager: &Arc<RunManager>, spec: Spec) -> Result<(Hosted, Arc<LiveRun>), RunError> {
+/// Starts the terminal's run, then its shell in the run's envelope, fed by `inputs`.
+pub async fn start(manager: &Arc<RunManager>, spec: Spec, inputs: Inputs) -> Result<(Hosted, Arc<LiveRun>), RunError> {
     let live = manager
         .start(StartRequest {
             conversation: spec.conversation,
@@ -61,21 +61,26 @@ pub async fn start(manager: &Arc<RunManager>, spec: Spec) -> Result<(Hosted, Arc
         env: spec.env.into_iter().collect(),
     };
     let launched = manager.launch_interactive(&live, launch, "terminal").await;
-    let (events, inputs) = match launched {
+    let (events, launch_inputs) = match launched {
         Ok(launched) => launched,
         Err(e) => {
             let _ = manager.stop(&live.run_id, "its terminal did not start").await;
             return Err(e);
         }
     };
+    let (manager_for_output, run_for_output) = (manager.clone(), live.run_id.clone());
     let (output_tx, output) = mpsc::channel::<Bytes>(4);
     let (exited_tx, exited) = oneshot::channel();
-    let (control, controls) = mpsc::channel::<Control>(16);
     let hung_up = Arc::new(std::sync::Mutex::new(None));
-    tokio::spawn(carry_output(events, output_tx, exited_tx, manager.clone(), live.run_id.clone(), hung_up.clone()));
-    tokio::spawn(carry_input(controls, inputs, manager.clone(), live.run_id.clone(), hung_up));
+    let (ended_tx, ended) = watch::channel(false);
+    let input = carry_input(inputs, launch_inputs, manager.clone(), live.run_id.clone(), hung_up.clone(), ended);
+    tokio::spawn(input);
+    tokio::spawn(async move {
+        carry_output(events, output_tx, exited_tx, manager_for_output, run_for_output, hung_up).await;
+        let _ = ended_tx.send(true);
+    });
     // The envelope's processes are sandboxd's children, not ours: no pid to show.
-    Ok((Hosted { output, exited, control, pid: 0 }, live))
+    Ok((Hosted { output, exited, pid: 0 }, live))
 }
 
 /// sandboxd's events to the session: output, then the exit; then the run is stopped.
@@ -122,31 +127,40 @@ async fn carry_output(
     let _ = exited.send(exit);
 }
 
-/// Clients' input to sandboxd; a hangup stops the run, which kills the envelope.
+/// Clients' input to sandboxd until the terminal ends; a hangup stops the run, which
+/// kills the envelope, whatever typing is still waiting for a command that reads none.
 async fn carry_input(
-    mut controls: mpsc::Receiver<Control>,
-    inputs: mpsc::Sender<sb::LaunchInteractiveRequest>,
+    inputs: Inputs,
+    launch: mpsc::Sender<sb::LaunchInteractiveRequest>,
     manager: Arc<RunManager>,
     run: RunId,
     hung_up: HungUp,
+    mut ended: watch::Receiver<bool>,
 ) {
-    let mut why = "its terminal's session ended".to_owned();
-    while let Some(control) = controls.recv().await {
-        let input = match control {
-            Control::Data(bytes) => Input::Stdin(bytes),
-            Control::Resize(size) => {
-                Input::Resize(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() })
+    let Inputs { mut typed, mut controls, mut hangup } = inputs;
+    let send = |input| sb::LaunchInteractiveRequest { input: Some(input) };
+    let why = loop {
+        let input = tokio::select! {
+            Some(bytes) = typed.recv() => Input::Stdin(bytes),
+            Some(control) = controls.recv() => match control {
+                Control::Resize(size) => {
+                    Input::Resize(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() })
+                }
+                Control::Signal(number) => Input::Signal(number),
+            },
+            _ = hangup.changed() => {
+                break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
             }
-            Control::Signal(number) => Input::Signal(number),
-            Control::Hangup(reason) => {
-                why = reason;
-                break;
-            }
+            _ = ended.wait_for(|ended| *ended) => return,
         };
-        if inputs.send(sb::LaunchInteractiveRequest { input: Some(input) }).await.is_err() {
-            return;
+        tokio::select! {
+            sent = launch.send(send(input)) => if sent.is_err() { return },
+            _ = hangup.changed() => {
+                break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
+            }
+            _ = ended.wait_for(|ended| *ended) => return,
         }
-    }
+    };
     *hung_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
     let _ = manager.stop(&run, &format!("its terminal was ended: {why}")).await;
 }

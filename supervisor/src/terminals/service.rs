@@ -87,19 +87,25 @@ pub fn to_proto(t: &Terminal) -> pb::Terminal {
     }
 }
 
-/// What one input message asks of the terminal; `None` for one to ignore.
-fn control_from(input: Input) -> Result<Option<Control>, Status> {
+/// What one input message asks of the terminal.
+enum Asked {
+    Type(Vec<u8>),
+    Control(Control),
+    Nothing,
+}
+
+fn asked(input: Input) -> Result<Asked, Status> {
     Ok(match input {
         Input::Start(_) => return Err(Status::invalid_argument("an attach names its terminal once, first")),
-        Input::Data(bytes) => Some(Control::Data(bytes)),
-        Input::Resize(size) => size_from(Some(size))?.map(Control::Resize),
+        Input::Data(bytes) => Asked::Type(bytes),
+        Input::Resize(size) => size_from(Some(size))?.map_or(Asked::Nothing, |s| Asked::Control(Control::Resize(s))),
         Input::Signal(number) => {
             if cc_host::terminal::signal(number).is_none() {
                 return Err(Status::invalid_argument(format!(
-                    "signal {number} is not one a terminal takes (INT, QUIT, TSTP, HUP, TERM, KILL, CONT, USR1, USR2, WINCH)"
+                    "signal {number} is not one a terminal takes (INT, QUIT or TSTP, as a keyboard sends; delete the terminal to end it)"
                 )));
             }
-            Some(Control::Signal(number))
+            Asked::Control(Control::Signal(number))
         }
     })
 }
@@ -116,7 +122,9 @@ fn attach_stream(terminal: &Terminal, mut attachment: Attachment, refused: onesh
         scrollback_bytes: attachment.replay.len() as u64,
     };
     let mut first = vec![response(Event::Attached(attached))];
-    first.extend(attachment.replay.chunks(REPLAY_CHUNK).map(|c| response(Event::Data(c.to_vec()))));
+    // Moved out, so that a long attach does not hold its replay for its whole life.
+    let replay = std::mem::take(&mut attachment.replay);
+    first.extend(replay.chunks(REPLAY_CHUNK).map(|c| response(Event::Data(c.to_vec()))));
     if let Some(exit) = attachment.exited.clone() {
         first.push(response(Event::Exit(exit_to(exit))));
     }
@@ -194,7 +202,7 @@ impl Terminals for TerminalsService {
         &self,
         request: Request<pb::DeleteTerminalRequest>,
     ) -> Result<Response<pb::DeleteTerminalResponse>, Status> {
-        self.manager.delete(&request.into_inner().name).await?;
+        self.manager.delete(&request.into_inner().name)?;
         Ok(Response::new(pb::DeleteTerminalResponse {}))
     }
 
@@ -215,9 +223,15 @@ impl Terminals for TerminalsService {
         };
         let terminal = self.manager.get(&start.name)?;
         if let Some(size) = size_from(start.size)? {
-            terminal.session.send(Control::Resize(size)).await;
+            terminal.session.control(Control::Resize(size));
         }
-        let attachment = terminal.session.attach();
+        let attachment = terminal.session.attach().ok_or_else(|| {
+            Status::resource_exhausted(format!(
+                "{} clients are attached to {} already, the most at once; detach one",
+                super::session::MAX_CLIENTS,
+                terminal.name()
+            ))
+        })?;
         let session = terminal.session.clone();
         let (refuse, refused) = oneshot::channel();
         // The client's input, until it ends or sends nonsense, which ends the attach
@@ -225,17 +239,17 @@ impl Terminals for TerminalsService {
         tokio::spawn(async move {
             while let Some(Ok(message)) = inputs.next().await {
                 let Some(input) = message.input else { continue };
-                match control_from(input) {
-                    Ok(Some(control)) => {
-                        if !session.send(control).await {
-                            return;
-                        }
-                    }
-                    Ok(None) => {}
+                let more = match asked(input) {
+                    Ok(Asked::Type(bytes)) => session.type_bytes(bytes).await,
+                    Ok(Asked::Control(control)) => session.control(control),
+                    Ok(Asked::Nothing) => true,
                     Err(status) => {
                         let _ = refuse.send(status);
                         return;
                     }
+                };
+                if !more {
+                    return;
                 }
             }
         });

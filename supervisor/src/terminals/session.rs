@@ -20,6 +20,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// Output chunks queued for one client; with chunks of at most 16 KiB, at most
 /// 256 KiB per client.
 const CLIENT_QUEUE: usize = 16;
+/// Clients attached to one terminal at once.
+pub const MAX_CLIENTS: usize = 16;
 
 /// A terminal's size in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,17 +36,22 @@ impl Default for Size {
     }
 }
 
-/// What a client asks of the command's terminal.
+/// What a client asks of the command's terminal besides typing. Never queued behind
+/// typed bytes: a command that reads nothing must still be resizable, signalled and
+/// ended.
 #[derive(Debug)]
 pub enum Control {
-    /// Typed bytes.
-    Data(Vec<u8>),
     Resize(Size),
     /// For the terminal's foreground process group (checked by the backend).
     Signal(i32),
-    /// End the command (SIGHUP, then SIGKILL if it lingers), for this reason.
-    Hangup(String),
 }
+
+/// Controls queued for a backend at most; past it a resize or a signal is dropped
+/// (a client that sends them faster than a terminal takes them loses nothing it
+/// needs: the latest size is remembered, and a flood of signals is not a request).
+const CONTROL_QUEUE: usize = 64;
+/// Typed chunks queued for a backend; past it the typing client waits.
+const INPUT_QUEUE: usize = 16;
 
 /// How a terminal's command ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -62,10 +69,31 @@ pub struct Hosted {
     pub output: mpsc::Receiver<Bytes>,
     /// Its exit, once the output has ended.
     pub exited: oneshot::Receiver<Exit>,
-    /// Where clients' input goes.
-    pub control: mpsc::Sender<Control>,
-    /// The command's process (host) or its envelope's (native).
+    /// The command's process (host); 0 when it is not ours (native).
     pub pid: u32,
+}
+
+/// What the session hands a backend: the clients' typing, their controls, and the
+/// request to end the command (SIGHUP, then SIGKILL if it lingers) with its reason.
+pub struct Inputs {
+    pub typed: mpsc::Receiver<Vec<u8>>,
+    pub controls: mpsc::Receiver<Control>,
+    pub hangup: watch::Receiver<Option<String>>,
+}
+
+/// The session's ends of [`Inputs`].
+pub struct InputSenders {
+    typed: mpsc::Sender<Vec<u8>>,
+    controls: mpsc::Sender<Control>,
+    hangup: watch::Sender<Option<String>>,
+}
+
+/// A pair: the backend takes [`Inputs`], the session the senders.
+pub fn inputs() -> (InputSenders, Inputs) {
+    let (typed_tx, typed) = mpsc::channel(INPUT_QUEUE);
+    let (controls_tx, controls) = mpsc::channel(CONTROL_QUEUE);
+    let (hangup_tx, hangup) = watch::channel(None);
+    (InputSenders { typed: typed_tx, controls: controls_tx, hangup: hangup_tx }, Inputs { typed, controls, hangup })
 }
 
 /// What a client receives after its replay.
@@ -122,7 +150,7 @@ struct Inner {
 
 pub struct Session {
     inner: Mutex<Inner>,
-    control: mpsc::Sender<Control>,
+    inputs: InputSenders,
     /// Clients attached now (the idle timer watches it).
     attached: watch::Sender<usize>,
     /// The exit, once the command has exited.
@@ -159,11 +187,18 @@ impl Attachment {
 }
 
 impl Session {
-    /// A session of `hosted`, its output moved from now on.
-    pub fn start(hosted: Hosted, size: Size, scrollback: usize, stalled_after: Duration) -> Arc<Session> {
+    /// A session of `hosted`, its output moved from now on; `inputs` are the senders
+    /// whose receivers the backend took.
+    pub fn start(
+        hosted: Hosted,
+        inputs: InputSenders,
+        size: Size,
+        scrollback: usize,
+        stalled_after: Duration,
+    ) -> Arc<Session> {
         let session = Arc::new(Session {
             inner: Mutex::new(Inner { scrollback: Scrollback::new(scrollback), clients: vec![], exit: None, size }),
-            control: hosted.control,
+            inputs,
             attached: watch::Sender::new(0),
             exit: watch::Sender::new(None),
             stalled_after,
@@ -207,6 +242,9 @@ impl Session {
             reason: "its host ended without telling how the command exited".into(),
             ..Exit::default()
         });
+        // Published before any client's queue closes: a client whose queue was full
+        // reads the exit from here once it has read its output.
+        self.exit.send_replace(Some(exit.clone()));
         let clients = {
             let mut inner = self.lock();
             inner.exit = Some(exit.clone());
@@ -214,21 +252,21 @@ impl Session {
         };
         self.attached.send_replace(0);
         for client in clients {
-            // A full queue: the client is behind, and learns of the exit when its
-            // queue closes with its output read.
             let _ = client.queue.try_send(Out::Exit(exit.clone()));
         }
-        self.exit.send_replace(Some(exit));
     }
 
     /// Attaches a client: the scrollback to replay and, while the command runs, a
     /// queue that takes every chunk from the replay's end on (none is lost or repeated:
-    /// both are taken under one lock).
-    pub fn attach(self: &Arc<Self>) -> Attachment {
+    /// both are taken under one lock). `None` when [`MAX_CLIENTS`] are attached.
+    pub fn attach(self: &Arc<Self>) -> Option<Attachment> {
         let (queue, live) = mpsc::channel(CLIENT_QUEUE);
         let stalled = Arc::new(AtomicBool::new(false));
         let id = self.next_client.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
+        if inner.clients.len() >= MAX_CLIENTS {
+            return None;
+        }
         let replay = inner.scrollback.snapshot();
         let exited = inner.exit.clone();
         let live = if exited.is_none() {
@@ -239,7 +277,7 @@ impl Session {
             None
         };
         drop(inner);
-        Attachment { session: self.clone(), id, replay, live, stalled, exited }
+        Some(Attachment { session: self.clone(), id, replay, live, stalled, exited })
     }
 
     fn detach(&self, id: u64) {
@@ -251,12 +289,32 @@ impl Session {
         }
     }
 
-    /// Passes a client's input on; false once the command's host takes no more.
-    pub async fn send(&self, control: Control) -> bool {
+    /// Passes a client's typing on, waiting while the command reads nothing; false once
+    /// the command's host takes no more.
+    pub async fn type_bytes(&self, bytes: Vec<u8>) -> bool {
+        self.inputs.typed.send(bytes).await.is_ok()
+    }
+
+    /// Passes a resize or a signal on at once (dropped when the backend is flooded);
+    /// false once the command's host takes no more.
+    pub fn control(&self, control: Control) -> bool {
         if let Control::Resize(size) = control {
             self.lock().size = size;
         }
-        self.control.send(control).await.is_ok()
+        !matches!(self.inputs.controls.try_send(control), Err(mpsc::error::TrySendError::Closed(_)))
+    }
+
+    /// Asks the backend to end the command, for `why`; at once, whatever else is
+    /// queued (the first reason asked for is the one given).
+    pub fn hang_up(&self, why: &str) {
+        self.inputs.hangup.send_if_modified(|current| {
+            if current.is_none() {
+                *current = Some(why.to_owned());
+                true
+            } else {
+                false
+            }
+        });
     }
 
     pub fn size(&self) -> Size {
@@ -308,15 +366,15 @@ mod tests {
     struct Fake {
         output: mpsc::Sender<Bytes>,
         exited: oneshot::Sender<Exit>,
-        control: mpsc::Receiver<Control>,
+        inputs: Inputs,
     }
 
     fn fake(scrollback: usize, stalled_after: Duration) -> (Arc<Session>, Fake) {
         let (output, output_rx) = mpsc::channel(4);
         let (exited, exited_rx) = oneshot::channel();
-        let (control_tx, control) = mpsc::channel(4);
-        let hosted = Hosted { output: output_rx, exited: exited_rx, control: control_tx, pid: 1 };
-        (Session::start(hosted, Size::default(), scrollback, stalled_after), Fake { output, exited, control })
+        let (senders, inputs) = super::inputs();
+        let hosted = Hosted { output: output_rx, exited: exited_rx, pid: 1 };
+        (Session::start(hosted, senders, Size::default(), scrollback, stalled_after), Fake { output, exited, inputs })
     }
 
     async fn next_data(live: &mut mpsc::Receiver<Out>) -> Vec<u8> {
@@ -329,8 +387,8 @@ mod tests {
     #[tokio::test]
     async fn two_clients_see_the_same_output_and_a_late_one_the_scrollback() {
         let (session, fake) = fake(1024, Duration::from_secs(30));
-        let mut first = session.attach();
-        let mut second = session.attach();
+        let mut first = session.attach().unwrap();
+        let mut second = session.attach().unwrap();
         assert_eq!(session.attached(), 2);
         fake.output.send(Bytes::from_static(b"hello ")).await.unwrap();
         for a in [&mut first, &mut second] {
@@ -338,7 +396,7 @@ mod tests {
         }
         fake.output.send(Bytes::from_static(b"world")).await.unwrap();
         assert_eq!(next_data(first.live.as_mut().unwrap()).await, b"world");
-        let late = session.attach();
+        let late = session.attach().unwrap();
         assert_eq!(late.replay, b"hello world");
         drop(second);
         drop(late);
@@ -355,7 +413,7 @@ mod tests {
         };
         assert_eq!(exit.code, Some(3));
         // After the exit: the replay and the exit, no queue.
-        let after = session.attach();
+        let after = session.attach().unwrap();
         assert!(after.live.is_none());
         assert_eq!(after.exited.as_ref().unwrap().code, Some(3));
         assert_eq!(after.replay, b"hello world");
@@ -366,8 +424,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stalled_client_holds_output_back_then_is_detached() {
         let (session, fake) = fake(64, Duration::from_secs(10));
-        let stuck = session.attach();
-        let mut reader = session.attach();
+        let stuck = session.attach().unwrap();
+        let mut reader = session.attach().unwrap();
         let chunks = CLIENT_QUEUE + 8;
         let writer = {
             let output = fake.output.clone();
@@ -386,18 +444,38 @@ mod tests {
         assert!(stuck.stalled.load(Ordering::SeqCst), "the stuck client is detached");
         assert_eq!(session.attached(), 1);
         assert!(session.scrollback_len() <= 64);
-        drop(fake.control);
+        drop(fake.inputs);
     }
 
     #[tokio::test]
-    async fn input_reaches_the_host_and_a_resize_is_remembered() {
+    async fn typing_controls_and_hangup_reach_the_host_and_controls_never_wait_for_typing() {
         let (session, mut fake) = fake(64, Duration::from_secs(30));
-        assert!(session.send(Control::Data(b"ls\r".to_vec())).await);
-        assert!(session.send(Control::Resize(Size { columns: 120, rows: 40 })).await);
-        assert!(matches!(fake.control.recv().await, Some(Control::Data(d)) if d == b"ls\r"));
-        assert!(matches!(fake.control.recv().await, Some(Control::Resize(Size { columns: 120, rows: 40 }))));
+        assert!(session.type_bytes(b"ls\r".to_vec()).await);
+        // The host takes no typing: the typed queue fills, yet controls and the hangup
+        // still pass.
+        for _ in 0..INPUT_QUEUE - 1 {
+            assert!(session.type_bytes(b"x".to_vec()).await);
+        }
+        assert!(session.control(Control::Resize(Size { columns: 120, rows: 40 })));
+        assert!(session.control(Control::Signal(2)));
+        session.hang_up("deleted");
+        session.hang_up("later");
+        assert!(matches!(fake.inputs.controls.recv().await, Some(Control::Resize(Size { columns: 120, rows: 40 }))));
+        assert!(matches!(fake.inputs.controls.recv().await, Some(Control::Signal(2))));
+        assert_eq!(fake.inputs.hangup.borrow().as_deref(), Some("deleted"));
+        assert_eq!(fake.inputs.typed.recv().await.as_deref(), Some(&b"ls\r"[..]));
         assert_eq!(session.size(), Size { columns: 120, rows: 40 });
-        drop(fake.control);
-        assert!(!session.send(Control::Signal(2)).await);
+        drop(fake.inputs);
+        assert!(!session.control(Control::Signal(2)));
+        assert!(!session.type_bytes(b"y".to_vec()).await);
+    }
+
+    #[tokio::test]
+    async fn attaches_are_bounded() {
+        let (session, _fake) = fake(64, Duration::from_secs(30));
+        let held: Vec<Attachment> = (0..MAX_CLIENTS).map(|_| session.attach().unwrap()).collect();
+        assert!(session.attach().is_none());
+        drop(held);
+        assert!(session.attach().is_some());
     }
 }

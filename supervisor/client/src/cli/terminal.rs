@@ -188,6 +188,19 @@ async fn attach(mut client: TerminalsClient<Channel>, name: String) -> anyhow::R
     inputs.send(pb::AttachTerminalRequest { input: Some(Input::Start(start)) }).await?;
     let mut output = client.attach_terminal(ReceiverStream::new(input_rx)).await.map_err(rpc_error)?.into_inner();
 
+    // What is typed goes out through a queue of its own, so that a remote command that
+    // reads nothing never stops this loop from seeing `~.`, a resize or a signal.
+    let (outgoing, mut to_send) = mpsc::unbounded_channel::<pb::AttachTerminalRequest>();
+    let forwarder = {
+        let inputs = inputs.clone();
+        tokio::spawn(async move {
+            while let Some(request) = to_send.recv().await {
+                if inputs.send(request).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
     let raw = RawMode::enter()?;
     // Keys are read on a thread of their own: a read of the terminal blocks.
     let (keys_tx, mut keys) = mpsc::channel::<Vec<u8>>(16);
@@ -232,7 +245,7 @@ async fn attach(mut client: TerminalsClient<Channel>, name: String) -> anyhow::R
                         Typed::Detach(bytes) => (bytes, true),
                     };
                     if !send.is_empty() {
-                        let _ = inputs.send(pb::AttachTerminalRequest { input: Some(Input::Data(send)) }).await;
+                        let _ = outgoing.send(pb::AttachTerminalRequest { input: Some(Input::Data(send)) });
                     }
                     if detach {
                         break Ending::Detached;
@@ -243,7 +256,7 @@ async fn attach(mut client: TerminalsClient<Channel>, name: String) -> anyhow::R
             },
             _ = resized.recv() => {
                 if let Some(size) = local_size() {
-                    let _ = inputs.send(pb::AttachTerminalRequest { input: Some(Input::Resize(size)) }).await;
+                    let _ = outgoing.send(pb::AttachTerminalRequest { input: Some(Input::Resize(size)) });
                 }
             }
             // Ended from outside: detach, and restore the terminal on the way out.
@@ -252,6 +265,7 @@ async fn attach(mut client: TerminalsClient<Channel>, name: String) -> anyhow::R
         }
     };
     drop(raw);
+    forwarder.abort();
     match ending {
         Ending::Detached => {
             eprintln!("\r\nccctl: detached from {name}; `ccctl terminal attach {name}` to return");
@@ -260,7 +274,7 @@ async fn attach(mut client: TerminalsClient<Channel>, name: String) -> anyhow::R
         Ending::Exited(exit) => {
             let code = match (exit.code, exit.signal) {
                 (Some(code), _) => code.clamp(0, 255) as u8,
-                (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
+                (None, Some(signal)) => (128i64 + i64::from(signal)).clamp(0, 255) as u8,
                 (None, None) => 1,
             };
             let how = match (exit.code, exit.signal) {

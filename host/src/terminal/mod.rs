@@ -2,18 +2,18 @@
 
 use nix::sys::signal::Signal;
 
+mod foreground;
+pub use foreground::signal_foreground;
+
 /// The largest terminal, in columns or rows.
 pub const MAX_CELLS: u32 = 1000;
 
-/// The signals a client may send to a terminal's foreground job: what a person's
-/// keyboard or a terminal emulator sends, and the ends of a process. Never SIGSTOP,
-/// SIGSEGV and the like: a client has no business faking a fault.
+/// The signals a client may send to a terminal's foreground job: the keyboard's
+/// (interrupt, quit, suspend), which the kernel delivers to the foreground group by its
+/// own reference (`TIOCSIG` takes no other). Ending a terminal is deleting it.
 pub fn signal(number: i32) -> Option<Signal> {
-    use Signal::*;
     let signal = Signal::try_from(number).ok()?;
-    [SIGINT, SIGQUIT, SIGTSTP, SIGHUP, SIGTERM, SIGKILL, SIGCONT, SIGUSR1, SIGUSR2, SIGWINCH]
-        .contains(&signal)
-        .then_some(signal)
+    [Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTSTP].contains(&signal).then_some(signal)
 }
 
 /// `columns` × `rows` as `(columns, rows)` when each is 1–[`MAX_CELLS`].
@@ -43,9 +43,9 @@ mod tests {
     #[test]
     fn only_keyboard_and_ending_signals_pass() {
         assert_eq!(signal(2), Some(Signal::SIGINT));
-        assert_eq!(signal(9), Some(Signal::SIGKILL));
-        assert_eq!(signal(28), Some(Signal::SIGWINCH));
-        for refused in [0, -1, 5, 11, 14, 19, 64, i32::MAX] {
+        assert_eq!(signal(3), Some(Signal::SIGQUIT));
+        assert_eq!(signal(20), Some(Signal::SIGTSTP));
+        for refused in [0, -1, 1, 5, 9, 11, 14, 15, 19, 28, 64, i32::MAX] {
             assert_eq!(signal(refused), None, "{refused}");
         }
     }
