@@ -3,17 +3,20 @@
 //!
 //! * [`probe`]: the sandbox backend probe (a real test launch) and the person's choice;
 //! * [`cgroup`]: per-run resource limits (cgroup v2 or v1);
+//! * [`orphan`]: a child the kernel kills with its parent;
 //! * [`microvm`]: what this host has of what a microVM needs, and the verdict;
 //! * [`terminal`]: the sizes and signals a hosted terminal takes;
 //! * [`beneath`]: reaching inside a directory tree an agent controls without following
 //!   its links;
 //! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`], [`OPTIONS_FD`]: facts both sides must agree on.
-// Denied rather than forbidden: `cgroup::join` alone allows it, for its pre-exec hook.
+// Denied rather than forbidden: `cgroup::join`, `orphan` and `terminal::foreground`
+// allow it, each for one system call.
 #![deny(unsafe_code)]
 
 pub mod beneath;
 pub mod cgroup;
 pub mod microvm;
+pub mod orphan;
 pub mod probe;
 pub mod terminal;
 

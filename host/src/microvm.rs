@@ -74,9 +74,14 @@ pub fn gather(image_dir: &Path, launcher_built: bool) -> Facts {
         Ok(_) => Accel::Kvm,
     };
     let image = if image_dir.join("vmlinux").is_file() && image_dir.join("initramfs.gz").is_file() {
-        std::fs::read_to_string(image_dir.join("release"))
-            .map(|r| r.trim().to_owned())
-            .map_err(|e| format!("{}: {e}", image_dir.join("release").display()))
+        match std::fs::read_to_string(image_dir.join("release")) {
+            Ok(release) if image_dir.join("agent").is_file() => Ok(release.trim().to_owned()),
+            Ok(_) => Err(format!(
+                "the guest image in {} has no agent (deploy/microvm/build-image DIR cc-vm-agent)",
+                image_dir.display()
+            )),
+            Err(e) => Err(format!("{}: {e}", image_dir.join("release").display())),
+        }
     } else {
         Err(format!("no guest image in {} (deploy/microvm/build-image builds it)", image_dir.display()))
     };

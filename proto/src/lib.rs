@@ -77,6 +77,13 @@ pub mod runner {
     }
 }
 
+/// Generated code for `cc.vmagent.v1`, the microVM guest agent's.
+pub mod vmagent {
+    pub mod v1 {
+        tonic::include_proto!("cc.vmagent.v1");
+    }
+}
+
 /// Every `cc.*` descriptor, encoded, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cc_descriptor.bin"));
 

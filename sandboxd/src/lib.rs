@@ -11,6 +11,8 @@ pub mod error;
 #[cfg(target_os = "linux")]
 pub mod init;
 pub mod launch;
+#[cfg(target_os = "linux")]
+pub mod microvm;
 pub mod policy;
 pub mod protect;
 pub mod sbpl;

@@ -1,0 +1,200 @@
+//! The microVM's command lines, as pure functions: QEMU's `microvm` machine with direct
+//! kernel boot, no firmware, no PCI and no network device; its memory shared (a memfd)
+//! with the vhost-user daemons that serve its vsock and its virtio-fs shares.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The guest's vsock port its agent serves on.
+pub const AGENT_PORT: u32 = 1024;
+
+/// One directory shared into the guest, read-write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    /// virtio-fs tag, also the socket's name.
+    pub tag: String,
+    /// On the host.
+    pub source: PathBuf,
+    /// Where the guest mounts it (absolute).
+    pub guest_path: String,
+}
+
+/// Everything a VM's command lines are made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// `vmlinux` and `initramfs.gz`.
+    pub image: PathBuf,
+    /// The VM's own directory: its sockets and its console log.
+    pub dir: PathBuf,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    /// KVM when it runs a stock guest here, else emulation.
+    pub kvm: bool,
+    /// The host's TSC rate: a guest under emulation that calibrates its clock itself
+    /// hangs in some boots.
+    pub tsc_khz: Option<u64>,
+    pub shares: Vec<Share>,
+}
+
+impl Layout {
+    pub fn vhost_vsock_socket(&self) -> PathBuf {
+        self.dir.join("vhost-vsock.sock")
+    }
+
+    /// Where vhost-device-vsock exposes the guest's ports (`CONNECT <port>`).
+    pub fn vsock_socket(&self) -> PathBuf {
+        self.dir.join("vsock.sock")
+    }
+
+    pub fn share_socket(&self, share: &Share) -> PathBuf {
+        self.dir.join(format!("fs-{}.sock", share.tag))
+    }
+
+    pub fn console_log(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+}
+
+fn os(s: impl Into<OsString>) -> OsString {
+    s.into()
+}
+
+fn path_arg(prefix: &str, path: &Path) -> OsString {
+    let mut arg = OsString::from(prefix);
+    arg.push(path);
+    arg
+}
+
+/// The guest kernel's command line: our agent's settings after the kernel's.
+pub fn kernel_command_line(layout: &Layout) -> String {
+    let mut line = "console=ttyS0 reboot=t panic=-1 quiet".to_owned();
+    if !layout.kvm
+        && let Some(khz) = layout.tsc_khz
+    {
+        line.push_str(&format!(" tsc_early_khz={khz}"));
+    }
+    line.push_str(&format!(" cc.port={AGENT_PORT}"));
+    for share in &layout.shares {
+        line.push_str(&format!(" cc.share={}:{}:rw", share.tag, share.guest_path));
+    }
+    line
+}
+
+/// QEMU's arguments (without the program).
+pub fn qemu_args(layout: &Layout) -> Vec<OsString> {
+    let memory = format!("{}M", layout.memory_mib);
+    let mut args: Vec<OsString> = [
+        "-M",
+        "microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem",
+        "-accel",
+        if layout.kvm { "kvm" } else { "tcg" },
+        "-cpu",
+        if layout.kvm { "host" } else { "max" },
+    ]
+    .into_iter()
+    .map(os)
+    .collect();
+    args.extend([os("-m"), os(&memory), os("-smp"), os(layout.cpus.to_string())]);
+    args.extend(["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"].map(os));
+    args.push(os("-serial"));
+    args.push(path_arg("file:", &layout.console_log()));
+    args.extend([os("-object"), os(format!("memory-backend-memfd,id=mem,size={memory},share=on"))]);
+    // virtio-fs needs the modern virtio-mmio transport: with the legacy one its
+    // daemon fails and the guest's mount waits for ever.
+    args.extend([os("-global"), os("virtio-mmio.force-legacy=false")]);
+    args.push(os("-chardev"));
+    args.push(path_arg("socket,id=vsock,path=", &layout.vhost_vsock_socket()));
+    args.extend([os("-device"), os("vhost-user-vsock-device,chardev=vsock")]);
+    for (i, share) in layout.shares.iter().enumerate() {
+        args.push(os("-chardev"));
+        args.push(path_arg(&format!("socket,id=fs{i},path="), &layout.share_socket(share)));
+        args.extend([os("-device"), os(format!("vhost-user-fs-device,chardev=fs{i},tag={}", share.tag))]);
+    }
+    args.push(os("-kernel"));
+    args.push(layout.image.join("vmlinux").into_os_string());
+    args.push(os("-initrd"));
+    args.push(layout.image.join("initramfs.gz").into_os_string());
+    args.extend([os("-append"), os(kernel_command_line(layout))]);
+    args
+}
+
+/// vhost-device-vsock's arguments: guest CID 3 (each VM has a daemon of its own, so
+/// every guest can be 3).
+pub fn vsock_args(layout: &Layout) -> Vec<OsString> {
+    vec![
+        os("--guest-cid=3"),
+        path_arg("--socket=", &layout.vhost_vsock_socket()),
+        path_arg("--uds-path=", &layout.vsock_socket()),
+    ]
+}
+
+/// virtiofsd's arguments for one share (QEMU 7.2's C daemon).
+pub fn virtiofsd_args(layout: &Layout, share: &Share) -> Vec<OsString> {
+    vec![
+        path_arg("--socket-path=", &layout.share_socket(share)),
+        os("-o"),
+        path_arg("source=", &share.source),
+        os("-o"),
+        os("cache=none"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout {
+            image: "/opt/cc/microvm".into(),
+            dir: "/data/vms/v1".into(),
+            memory_mib: 256,
+            cpus: 1,
+            kvm: false,
+            tsc_khz: Some(2_600_000),
+            shares: vec![Share { tag: "work".into(), source: "/data/c/repos".into(), guest_path: "/work".into() }],
+        }
+    }
+
+    fn joined(args: &[OsString]) -> String {
+        args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn the_machine_has_no_firmware_no_nic_and_only_our_devices() {
+        let args = joined(&qemu_args(&layout()));
+        assert!(args.starts_with("-M microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem -accel tcg -cpu max -m 256M -smp 1"), "{args}");
+        assert!(args.contains("-nodefaults -no-user-config -nographic -no-reboot"), "{args}");
+        assert!(args.contains("-object memory-backend-memfd,id=mem,size=256M,share=on"), "{args}");
+        assert!(args.contains("-device vhost-user-vsock-device,chardev=vsock"), "{args}");
+        assert!(args.contains("-chardev socket,id=fs0,path=/data/vms/v1/fs-work.sock -device vhost-user-fs-device,chardev=fs0,tag=work"), "{args}");
+        assert!(args.contains("-kernel /opt/cc/microvm/vmlinux -initrd /opt/cc/microvm/initramfs.gz"), "{args}");
+        for absent in ["-netdev", "-nic", "virtio-net", "-bios", "pci"] {
+            assert!(!args.contains(absent), "{absent}: {args}");
+        }
+    }
+
+    #[test]
+    fn the_kernel_line_tells_the_agent_its_port_and_shares() {
+        let line = kernel_command_line(&layout());
+        assert_eq!(
+            line,
+            "console=ttyS0 reboot=t panic=-1 quiet tsc_early_khz=2600000 cc.port=1024 cc.share=work:/work:rw"
+        );
+        let kvm = Layout { kvm: true, ..layout() };
+        assert!(!kernel_command_line(&kvm).contains("tsc_early_khz"));
+        assert!(joined(&qemu_args(&kvm)).contains("-accel kvm -cpu host"));
+    }
+
+    #[test]
+    fn the_daemons_listen_in_the_vms_directory() {
+        let l = layout();
+        assert_eq!(
+            joined(&vsock_args(&l)),
+            "--guest-cid=3 --socket=/data/vms/v1/vhost-vsock.sock --uds-path=/data/vms/v1/vsock.sock"
+        );
+        assert_eq!(
+            joined(&virtiofsd_args(&l, &l.shares[0])),
+            "--socket-path=/data/vms/v1/fs-work.sock -o source=/data/c/repos -o cache=none"
+        );
+    }
+}
