@@ -88,7 +88,14 @@ pub fn gather(image_dir: &Path, launcher_built: bool) -> Facts {
     let vsock = if Path::new("/dev/vhost-vsock").exists() {
         Vsock::VhostVsock
     } else {
-        find_program("vhost-device-vsock").map_or(Vsock::None, Vsock::VhostUser)
+        // The system's places first: as root, the daemon runs as the service user, who
+        // cannot reach a copy in root's home that PATH may name first.
+        ["/usr/local/bin/vhost-device-vsock", "/usr/bin/vhost-device-vsock"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .or_else(|| find_program("vhost-device-vsock"))
+            .map_or(Vsock::None, Vsock::VhostUser)
     };
     let virtiofsd = ["/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd"]
         .into_iter()

@@ -96,6 +96,12 @@ pub const AGENT_FAILED: &str = "AGENT_FAILED";
 /// supervisor restarted since (terminals live in its memory).
 pub const TERMINAL_NOT_FOUND: &str = "TERMINAL_NOT_FOUND";
 
+/// No rig has this name (metadata `name`): it was stopped and forgotten, or the
+/// supervisor restarted since.
+pub const RIG_NOT_FOUND: &str = "RIG_NOT_FOUND";
+/// The rig's VM has ended (metadata `name`, `why`): start a new rig.
+pub const RIG_ENDED: &str = "RIG_ENDED";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -125,6 +131,8 @@ pub const ALL: &[&str] = &[
     NO_AGENT,
     AGENT_FAILED,
     TERMINAL_NOT_FOUND,
+    RIG_NOT_FOUND,
+    RIG_ENDED,
 ];
 
 /// A refusal with `reason` and its metadata.

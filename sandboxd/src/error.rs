@@ -30,6 +30,11 @@ pub enum LaunchError {
     Refused(String),
     #[error("cannot start the launch: {0}")]
     CannotStart(#[source] std::io::Error),
+    /// The microVM backend is unavailable here (the probe's reason).
+    #[error("the microVM backend is not available on this host: {0}")]
+    Unavailable(String),
+    #[error("no microVM {0:?}")]
+    VmNotFound(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -54,6 +59,13 @@ impl From<LaunchError> for Status {
             LaunchError::RootChanged(_) | LaunchError::Refused(_) | LaunchError::CannotStart(_) => {
                 Status::failed_precondition(message)
             }
+            LaunchError::Unavailable(_) => reasons::refusal(
+                Code::FailedPrecondition,
+                message,
+                reasons::BACKEND_UNAVAILABLE,
+                &[("backend", "microvm".to_owned())],
+            ),
+            LaunchError::VmNotFound(_) => Status::not_found(message),
             LaunchError::Internal(_) => Status::internal(message),
         }
     }

@@ -177,6 +177,13 @@ impl Launcher {
         self.denials.get_or_init(crate::seatbelt::DenialFeed::start).as_ref()
     }
 
+    /// A registered run's policy, its roots checked again.
+    pub fn policy_of(&self, run_id: &str) -> Result<Arc<RunPolicy>, LaunchError> {
+        let policy = self.runs.policy(run_id).ok_or_else(|| LaunchError::RunNotFound(run_id.to_owned()))?;
+        policy.verify().map_err(LaunchError::RootChanged)?;
+        Ok(policy)
+    }
+
     pub fn probe(&self) -> &ProbeResult {
         &self.probe
     }

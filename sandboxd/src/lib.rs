@@ -11,7 +11,6 @@ pub mod error;
 #[cfg(target_os = "linux")]
 pub mod init;
 pub mod launch;
-#[cfg(target_os = "linux")]
 pub mod microvm;
 pub mod policy;
 pub mod protect;
@@ -67,8 +66,8 @@ pub struct SandboxdService {
     context: HelperContext,
     launcher: Arc<Launcher>,
     runs: Arc<Runs>,
-    /// The microVM probe, made once at start.
-    microvm: cc_host::microvm::MicrovmProbe,
+    /// The microVMs of registered runs, and the probe made once at start.
+    vms: Arc<microvm::vms::VmHost>,
 }
 
 impl SandboxdService {
@@ -91,10 +90,17 @@ impl SandboxdService {
             let here = std::env::current_exe().ok().and_then(|e| e.parent().map(std::path::Path::to_owned));
             cc_host::microvm::default_image_dir(&here.unwrap_or_default())
         });
-        let microvm = cc_host::microvm::judge(&cc_host::microvm::gather(&image, false));
-        tracing::info!(microvm = %microvm.line, "sandboxd microvm probe");
-        Ok(Self { context: context.clone(), launcher, runs, microvm })
+        let facts = cc_host::microvm::gather(&image, true);
+        let vms = Arc::new(microvm::vms::VmHost::new(&facts, image, data_dir_for_vms(&context.bootstrap.data_dir)));
+        tracing::info!(microvm = %vms.probe.line, "sandboxd microvm probe");
+        Ok(Self { context: context.clone(), launcher, runs, vms })
     }
+}
+
+/// Where sandboxd keeps its VMs' directories (sockets, console logs): short, since a
+/// Unix socket's path is at most 108 bytes.
+fn data_dir_for_vms(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("vms")
 }
 
 /// Why sandboxd does not serve.
@@ -130,8 +136,8 @@ impl Sandboxd for SandboxdService {
         Ok(Response::new(pb::GetProbeResponse {
             backend,
             detail: probe.detail.clone(),
-            microvm_available: self.microvm.available,
-            microvm: self.microvm.line.clone(),
+            microvm_available: self.vms.probe.available,
+            microvm: self.vms.probe.line.clone(),
         }))
     }
 
@@ -151,8 +157,9 @@ impl Sandboxd for SandboxdService {
         request: Request<pb::UnregisterRunRequest>,
     ) -> Result<Response<pb::UnregisterRunResponse>, Status> {
         let run_id = request.into_inner().run_id;
-        let killed = self.runs.unregister(&run_id).ok_or(LaunchError::RunNotFound(run_id))?;
-        Ok(Response::new(pb::UnregisterRunResponse { killed }))
+        let killed = self.runs.unregister(&run_id).ok_or_else(|| LaunchError::RunNotFound(run_id.clone()))?;
+        let vms = self.vms.stop_run(&run_id).await;
+        Ok(Response::new(pb::UnregisterRunResponse { killed: killed + vms }))
     }
 
     type LaunchStream = ReceiverStream<Result<pb::LaunchResponse, Status>>;
@@ -205,6 +212,56 @@ impl Sandboxd for SandboxdService {
         let events = self.launcher.clone().launch(launch, Some(stdin)).await?;
         let events = events.map(|event| event.map(|e| pb::LaunchInteractiveResponse { event: Some(e) }));
         Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn start_vm(&self, request: Request<pb::StartVmRequest>) -> Result<Response<pb::StartVmResponse>, Status> {
+        let r = request.into_inner();
+        let policy = self.launcher.policy_of(&r.run_id)?;
+        let vm = self.vms.start(&policy, r.memory_mib, r.cpus).await?;
+        Ok(Response::new(pb::StartVmResponse { vm: Some(vm) }))
+    }
+
+    type ExecVmStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ExecVmResponse, Status>> + Send + 'static>>;
+
+    async fn exec_vm(
+        &self,
+        request: Request<tonic::Streaming<pb::ExecVmRequest>>,
+    ) -> Result<Response<Self::ExecVmStream>, Status> {
+        use pb::exec_vm_request::Input;
+        use tokio_stream::StreamExt;
+        let mut inputs = request.into_inner();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(10), inputs.next())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no command within 10 s of the call"))?;
+        let start = match first {
+            Some(Ok(pb::ExecVmRequest { input: Some(Input::Start(start)) })) => start,
+            Some(Err(status)) => return Err(status),
+            _ => return Err(Status::invalid_argument("an exec in a microVM starts with what to run")),
+        };
+        let (feed, fed) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = inputs.next().await {
+                if let Some(input) = message.input
+                    && feed.send(input).await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let events = self.vms.exec(start, fed).await?;
+        let events = ReceiverStream::new(events).map(|e| e.map(|event| pb::ExecVmResponse { event: Some(event) }));
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn stop_vm(&self, request: Request<pb::StopVmRequest>) -> Result<Response<pb::StopVmResponse>, Status> {
+        self.vms.stop(&request.into_inner().vm_id, "stopped on request").await?;
+        Ok(Response::new(pb::StopVmResponse {}))
+    }
+
+    async fn get_vm(&self, request: Request<pb::GetVmRequest>) -> Result<Response<pb::GetVmResponse>, Status> {
+        let vm = self.vms.get(&request.into_inner().vm_id)?;
+        Ok(Response::new(pb::GetVmResponse { vm: Some(vm) }))
     }
 
     async fn explain_envelope(

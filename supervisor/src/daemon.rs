@@ -15,6 +15,7 @@ use cc_proto::socket::{self, SocketError};
 use cc_proto::supervisor::v1::conversations_server::ConversationsServer;
 use cc_proto::supervisor::v1::gate_server::GateServer;
 use cc_proto::supervisor::v1::repositories_server::RepositoriesServer;
+use cc_proto::supervisor::v1::rigs_server::RigsServer;
 use cc_proto::supervisor::v1::runs_server::RunsServer;
 use cc_proto::supervisor::v1::sandbox_server::SandboxServer;
 use cc_proto::supervisor::v1::system_server::SystemServer;
@@ -37,6 +38,7 @@ use crate::helpers::{HelperKind, HelperLaunch, HelperSet, ProcessTimeouts, Super
 use crate::lock::{DataDirLock, LockError};
 use crate::paths::{DataDir, DataDirError};
 use crate::reflection;
+use crate::rigs::service::RigsService;
 use crate::runs::service::RunsService;
 use crate::runs::{RunEnv, RunManager};
 use crate::sd_notify;
@@ -181,10 +183,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let microvm_image =
         config.sandbox.microvm_image.clone().unwrap_or_else(|| cc_host::microvm::default_image_dir(&helper_dir));
     let image = microvm_image.clone();
-    let microvm =
-        tokio::task::spawn_blocking(move || cc_host::microvm::judge(&cc_host::microvm::gather(&image, false)))
-            .await
-            .map_err(|e| StartError::Api(format!("the microvm probe failed: {e}")))?;
+    let microvm = tokio::task::spawn_blocking(move || cc_host::microvm::judge(&cc_host::microvm::gather(&image, true)))
+        .await
+        .map_err(|e| StartError::Api(format!("the microvm probe failed: {e}")))?;
     say(&microvm.line);
     // sandboxd probes for itself, with the same choice and bubblewrap.
     let mut sandboxd_options = std::collections::BTreeMap::new();
@@ -270,6 +271,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         egress: config.egress.clone(),
     });
 
+    let rigs = crate::rigs::RigManager::new(runs.clone(), events.clone(), microvm.clone());
     let terminals = crate::terminals::TerminalManager::new(
         config.terminals.clone(),
         runs.clone(),
@@ -277,6 +279,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         events.clone(),
         probe.backend == Backend::Native,
         microvm.clone(),
+        rigs.clone(),
     );
 
     // 8. Serve the client API: health, reflection, and one service per resource, every
@@ -300,6 +303,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let runs_service = RunsServer::new(RunsService::new(runs.clone())).max_decoding_message_size(max);
     let terminals_service =
         TerminalsServer::new(TerminalsService::new(terminals.clone())).max_decoding_message_size(max);
+    let rigs_service = RigsServer::new(RigsService::new(rigs.clone())).max_decoding_message_size(max);
     let network: crate::gate::service::NetworkLists = {
         let (egress, conversations) = (config.egress.clone(), conversations_for_gate);
         Arc::new(move |workspace: &str| {
@@ -324,6 +328,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     health_reporter.set_serving::<RunsServer<RunsService>>().await;
     health_reporter.set_serving::<GateServer<GateService>>().await;
     health_reporter.set_serving::<TerminalsServer<TerminalsService>>().await;
+    health_reporter.set_serving::<RigsServer<RigsService>>().await;
     // What reflection lists: exactly what this socket serves.
     let served = [
         SystemServer::<SupervisorApi>::NAME,
@@ -334,6 +339,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         RunsServer::<RunsService>::NAME,
         GateServer::<GateService>::NAME,
         TerminalsServer::<TerminalsService>::NAME,
+        RigsServer::<RigsService>::NAME,
         "grpc.health.v1.Health",
     ];
     let (reflection_v1, reflection_v1alpha) =
@@ -354,6 +360,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
             .add_service(gate_service)
             .add_service(runs_service)
             .add_service(terminals_service)
+            .add_service(rigs_service)
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                 let _ = api_stopped.await;
             }),

@@ -23,6 +23,7 @@ pub mod names;
 pub mod reflection;
 pub use cc_proto::paths;
 pub mod registry;
+pub mod rigs;
 pub mod runs;
 pub mod sd_notify;
 pub mod store;

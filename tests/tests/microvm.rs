@@ -21,28 +21,42 @@ fn image_dir() -> PathBuf {
 }
 
 #[test]
-fn the_probe_says_what_it_found_and_a_microvm_terminal_is_refused_with_it() {
+fn the_probe_says_what_it_found() {
     let sup = Supervisor::start(Options::default());
     let line = sup.stdout_lines.iter().find(|l| l.starts_with("cc-supervisor: microvm=")).cloned().unwrap_or_default();
-    assert!(line.starts_with("cc-supervisor: microvm=unavailable (this build has no microVM launcher yet"), "{line}");
+    assert!(line.starts_with("cc-supervisor: microvm="), "{:?}", sup.stdout_lines);
     if required() {
-        assert!(line.contains("found: qemu "), "CI has QEMU: {line}");
-        assert!(line.contains(", image "), "CI builds the guest image: {line}");
-        assert!(line.contains("virtiofsd"), "CI has virtiofsd: {line}");
+        assert!(line.starts_with("cc-supervisor: microvm=available (qemu "), "CI has every part: {line}");
+        assert!(line.contains(", image ") && line.contains("vhost-user-vsock") && line.contains("virtiofsd"), "{line}");
     }
     // sandboxd's own probe, through the API, says the same.
     let probe = sup.ccctl(&["sandbox", "probe"]);
     let shown = String::from_utf8_lossy(&probe.stdout);
     assert!(shown.lines().any(|l| l == line.trim_start_matches("cc-supervisor: ")), "{shown}");
-    let out = sup.ccctl(&["terminal", "new", "--backend", "microvm"]);
+}
+
+/// Where the backend is unavailable, asking for it is an error that says why, and
+/// nothing is started instead.
+#[test]
+fn an_unavailable_microvm_is_refused_with_the_probes_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = format!("[sandbox]\nmicrovm_image = \"{}\"\n", tmp.path().join("none").display());
+    let sup = Supervisor::start(Options { config: Some(config), ..Default::default() });
+    let out = sup.ccctl(&["terminal", "new", "--backend", "microvm", "--conversation", "c0"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.starts_with("ccctl: microvm terminals are not available on this host: unavailable (this build has no"),
+        err.starts_with("ccctl: microvm terminals are not available on this host: unavailable (no guest image in"),
         "{err}"
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(sup.ccctl_json(&["terminal", "list"]).as_array().unwrap().is_empty(), "nothing was started instead");
+    let out = sup.ccctl(&["rig", "start", "--conversation", "c0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("ccctl: microVM rigs are not available on this host: unavailable (no guest image"),
+        "{err}"
+    );
 }
 
 /// The host's TSC rate in kHz, which the guest is told: without it, a guest under
@@ -162,6 +176,8 @@ mod launcher {
             qemu: program("qemu-system-x86_64", &[])?,
             vhost_device_vsock: program("vhost-device-vsock", &[])?,
             virtiofsd: program("virtiofsd", &["/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd"])?,
+            unshare: program("unshare", &[])?,
+            user: None,
         })
     }
 
@@ -234,4 +250,128 @@ mod launcher {
             assert!(!alive(pid), "daemon {pid} is gone");
         }
     }
+}
+
+/// Whether this host can boot rigs (CI can: a missing part fails the suite there).
+fn rigs_here(sup: &Supervisor) -> bool {
+    let available = sup.stdout_lines.iter().any(|l| l.starts_with("cc-supervisor: microvm=available"));
+    assert!(available || !required(), "CI boots microVMs: {:?}", sup.stdout_lines);
+    if !available {
+        eprintln!("skipping: the microVM backend is unavailable here");
+    }
+    available
+}
+
+fn text(out: &std::process::Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A rig through ccctl: it boots, runs command lines with their exit codes, writes
+/// into the conversation's copy, cannot reach the registered checkout, is gated as
+/// bash is, and ends clearly when its QEMU is killed (its run stopped, nothing left).
+#[test]
+fn a_rig_runs_gated_commands_in_the_conversations_copy_and_ends_clearly() {
+    let f = cc_tests::runs::fixture(None);
+    if !rigs_here(&f.sup) {
+        return;
+    }
+    let out = f.sup.ccctl(&["rig", "start", "--conversation", &f.conversation, "--memory", "256"]);
+    let (name, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    let name = name.trim().to_owned();
+    assert!(name.starts_with("rigs/v"), "{name}");
+    assert!(err.contains("repos on /work (rw)"), "{err}");
+
+    let out = f.sup.ccctl(&[
+        "rig",
+        "exec",
+        &name,
+        "--",
+        "pwd; cat README.md | head -1; echo from-rig > made-in-rig.txt; exit 7",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stdout.starts_with("/work/demo\n"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(f.copy().join("made-in-rig.txt")).unwrap(), "from-rig\n");
+    // The registered checkout and the data dir are not in the guest.
+    let probe = format!("ls {} {} 2>&1; echo done", f.checkout.display(), f.sup.data_dir.display());
+    let out = f.sup.ccctl(&["rig", "exec", &name, "--", &probe]);
+    let (stdout, _) = text(&out);
+    assert_eq!(stdout.matches("No such file or directory").count(), 2, "{stdout}");
+    // Gated as bash: the command policy's denial, before anything ran.
+    let out = f.sup.ccctl(&["rig", "exec", &name, "--", "rm -rf /"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.starts_with("ccctl: denied: "), "{stderr}");
+
+    let rigs = f.sup.ccctl_json(&["rig", "list"]);
+    let rig = rigs.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap().clone();
+    assert_eq!(rig["running"], true);
+    let (qemu, run) = (rig["qemu_pid"].as_u64().unwrap() as i32, rig["run_id"].as_str().unwrap().to_owned());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(qemu), nix::sys::signal::Signal::SIGKILL).unwrap();
+    cc_tests::eventually(Duration::from_secs(30), "the rig says its VM ended", || {
+        let rigs = f.sup.ccctl_json(&["rig", "list"]);
+        rigs.as_array().unwrap().iter().any(|r| r["name"] == name.as_str() && r["running"] == false)
+    });
+    let rigs = f.sup.ccctl_json(&["rig", "list"]);
+    let rig = rigs.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap().clone();
+    assert!(rig["ended_reason"].as_str().unwrap().starts_with("QEMU exited"), "{rig}");
+    cc_tests::eventually(Duration::from_secs(30), "the rig's run is stopped", || {
+        f.sup.ccctl_json(&["run", "show", &run])["state"] != "running"
+    });
+    let out = f.sup.ccctl(&["rig", "exec", &name, "--", "true"]);
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("has ended"), "{stderr}");
+    assert!(f.sup.ccctl(&["rig", "stop", &name]).status.success());
+    let socket_dir = f.sup.data_dir.join("vms").join(name.trim_start_matches("rigs/"));
+    let left: Vec<_> =
+        std::fs::read_dir(&socket_dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(!left.iter().any(|n| n.to_string_lossy().ends_with(".sock")), "sockets left: {left:?}");
+}
+
+/// A microVM terminal: typed into as any terminal, the guest's own kernel, its exit
+/// the terminal's, and its rig gone with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_microvm_terminal_runs_a_shell_in_its_own_vm() {
+    use cc_proto::supervisor::v1 as pb;
+    let f = cc_tests::runs::fixture(None);
+    if !rigs_here(&f.sup) {
+        return;
+    }
+    let mut client = f.sup.client().await;
+    let terminal =
+        cc_tests::terminal::create(&mut client, pb::TerminalBackend::Microvm, &f.conversation, &[]).await.unwrap();
+    assert!(terminal.confinement.starts_with("microVM rigs/v"), "{}", terminal.confinement);
+    let mut t = cc_tests::terminal::attach(&mut client, &terminal.name).await.unwrap();
+    t.type_text("echo in-guest-$((6*7)); uname -r; ls /work\n").await;
+    let at = t.read_until("in-guest-42", 0, Duration::from_secs(30)).await;
+    t.read_until("demo", at, Duration::from_secs(30)).await;
+    let release = std::fs::read_to_string(image_dir().join("release")).unwrap();
+    t.read_until(release.trim(), at, Duration::from_secs(30)).await;
+    t.type_text("exit 6\n").await;
+    t.read_to_end(Duration::from_secs(30)).await;
+    assert_eq!(t.exit.as_ref().and_then(|e| e.code), Some(6));
+    cc_tests::eventually(Duration::from_secs(30), "the terminal's rig is gone", || {
+        f.sup.ccctl_json(&["rig", "list"]).as_array().unwrap().is_empty()
+    });
+}
+
+/// kill -9 of the supervisor: sandboxd goes with it, and every VM's QEMU and daemons
+/// with sandboxd (PR_SET_PDEATHSIG).
+#[test]
+fn a_supervisor_sigkill_leaves_no_qemu_running() {
+    let mut f = cc_tests::runs::fixture(None);
+    if !rigs_here(&f.sup) {
+        return;
+    }
+    let out = f.sup.ccctl(&["rig", "start", "--conversation", &f.conversation, "--memory", "256"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let rigs = f.sup.ccctl_json(&["rig", "list"]);
+    let qemu = rigs[0]["qemu_pid"].as_u64().unwrap() as u32;
+    assert!(cc_tests::alive(qemu));
+    f.sup.child.kill().unwrap();
+    f.sup.child.wait().unwrap();
+    cc_tests::eventually(Duration::from_secs(30), "QEMU is gone", || !cc_tests::alive(qemu));
+    // The next start sweeps what the killed one left (the rig's run's cgroup).
+    drop(Supervisor::start_on(&f.sup.data_dir, Options::default()));
 }

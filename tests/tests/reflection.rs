@@ -18,6 +18,7 @@ const SERVED: &[&str] = &[
     "cc.supervisor.v1.Conversations",
     "cc.supervisor.v1.Gate",
     "cc.supervisor.v1.Repositories",
+    "cc.supervisor.v1.Rigs",
     "cc.supervisor.v1.Runs",
     "cc.supervisor.v1.Sandbox",
     "cc.supervisor.v1.System",

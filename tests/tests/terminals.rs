@@ -296,9 +296,10 @@ async fn a_native_terminal_is_confined_and_keeps_tiocsti_refused() {
 async fn refusals_and_bad_input() {
     let sup = Supervisor::start(Options::default());
     let mut client = sup.client().await;
+    // Unavailable here, or without the conversation it needs (tests/tests/microvm.rs
+    // has the unavailable case on every host).
     let status = create(&mut client, pb::TerminalBackend::Microvm, "", &[]).await.unwrap_err();
-    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-    assert_eq!(reasons::reason_of(&status).unwrap().0, reasons::BACKEND_UNAVAILABLE);
+    assert!(matches!(status.code(), tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument), "{status:?}");
     let status = create(&mut client, pb::TerminalBackend::Native, "", &[]).await.unwrap_err();
     assert!(matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition), "{status:?}");
     let status = create(&mut client, pb::TerminalBackend::Native, "c0000000000000000", &[]).await.unwrap_err();
@@ -366,6 +367,8 @@ async fn a_supervisor_sigkill_leaves_no_terminal_behind() {
     sup.child.kill().unwrap();
     sup.child.wait().unwrap();
     eventually(LIMIT, "the shell and its job are hung up", || !alive(shell.pid) && !alive(job));
+    // The next start sweeps what the killed one left (its cgroups).
+    drop(Supervisor::start_on(&sup.data_dir, Options::default()));
 }
 
 /// sandboxd killed under a native terminal: the envelope dies with it, the terminal

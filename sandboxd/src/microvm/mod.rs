@@ -5,10 +5,11 @@
 //! guest's agent (`cc-vm-agent`) is reached over vsock, through the Unix socket the vsock
 //! daemon exposes, with Firecracker's `CONNECT <port>` handshake ([`vsock`]).
 //!
-//! Not yet used by runs or terminals: the rigs and the microVM terminals that will use
-//! it are the rest of issue 23.
+//! [`vms`] keeps the VMs of registered runs, for the supervisor's rigs and microVM
+//! terminals.
 
 pub mod qemu;
+pub mod vms;
 pub mod vsock;
 
 use std::path::{Path, PathBuf};
@@ -26,6 +27,8 @@ pub use qemu::{Layout, Share};
 const DAEMON_READY: Duration = Duration::from_secs(5);
 /// Every call to the agent waits at most this (an exec's stream is the caller's).
 const AGENT_CALL: Duration = Duration::from_secs(10);
+/// One try at the booting guest's agent.
+const ATTEMPT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
@@ -51,6 +54,13 @@ pub struct Programs {
     pub qemu: PathBuf,
     pub vhost_device_vsock: PathBuf,
     pub virtiofsd: PathBuf,
+    /// util-linux's unshare: virtiofsd sandboxes itself in namespaces of its own,
+    /// which takes capabilities sandboxd has dropped; in a user namespace of its own
+    /// it has them there, and only there.
+    pub unshare: PathBuf,
+    /// Who the VM's processes run as (the service user when sandboxd is root); `None`:
+    /// as sandboxd.
+    pub user: Option<cc_host::ServiceUser>,
 }
 
 /// A running VM; dropping it kills QEMU and its daemons.
@@ -72,9 +82,14 @@ fn spawn(
     args: &[std::ffi::OsString],
     what: &'static str,
     log: Option<&Path>,
+    user: Option<cc_host::ServiceUser>,
 ) -> Result<Child, VmError> {
+    use std::os::unix::process::CommandExt;
     let mut command = std::process::Command::new(program);
     command.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    if let Some(user) = user {
+        command.uid(user.uid).gid(user.gid);
+    }
     if let Some(log) = log {
         let file = std::fs::File::create(log)?;
         command.stderr(file);
@@ -116,36 +131,50 @@ impl Vm {
             }
         }
         std::fs::create_dir_all(&layout.dir)?;
+        // The VM's processes make their sockets and logs here.
+        if let Some(user) = programs.user {
+            std::os::unix::fs::chown(&layout.dir, Some(user.uid), Some(user.gid))?;
+        }
+        let user = programs.user;
         let mut daemons = Vec::new();
-        let mut vsock = spawn(&programs.vhost_device_vsock, &qemu::vsock_args(&layout), "vhost-device-vsock", None)?;
+        let vsock_args = qemu::vsock_args(&layout);
+        let mut vsock = spawn(&programs.vhost_device_vsock, &vsock_args, "vhost-device-vsock", None, user)?;
         listening(&layout.vhost_vsock_socket(), &mut vsock, "vhost-device-vsock").await?;
         daemons.push(vsock);
         for share in &layout.shares {
             let log = layout.dir.join(format!("virtiofsd-{}.log", share.tag));
-            let mut fs = spawn(&programs.virtiofsd, &qemu::virtiofsd_args(&layout, share), "virtiofsd", Some(&log))?;
+            let mut args = qemu::unshare_args(&programs.virtiofsd);
+            args.extend(qemu::virtiofsd_args(&layout, share));
+            let mut fs = spawn(&programs.unshare, &args, "virtiofsd", Some(&log), user)?;
             listening(&layout.share_socket(share), &mut fs, "virtiofsd").await?;
             daemons.push(fs);
         }
         let started = Instant::now();
-        let mut qemu = spawn(&programs.qemu, &qemu::qemu_args(&layout), "qemu", Some(&layout.dir.join("qemu.log")))?;
+        let log = layout.dir.join("qemu.log");
+        let mut qemu = spawn(&programs.qemu, &qemu::qemu_args(&layout), "qemu", Some(&log), user)?;
         let until = started + ready_within;
+        // Tried again and again while the guest boots, each try short, the pause
+        // between them growing: a connection the guest is not yet there to accept is
+        // refused at once, and a flood of them is no help to the vsock daemon.
+        let mut pause = Duration::from_millis(20);
         let agent = loop {
             if let Ok(Some(_)) = qemu.try_wait() {
                 return Err(VmError::Died("qemu", console_tail(&layout)));
             }
-            if let Ok(Ok(channel)) =
-                tokio::time::timeout(AGENT_CALL, vsock::connect(&layout.vsock_socket(), qemu::AGENT_PORT)).await
-            {
+            let attempt = async {
+                let channel = vsock::connect(&layout.vsock_socket(), qemu::AGENT_PORT).await.ok()?;
                 let mut client = VmAgentClient::new(channel);
-                let status = tokio::time::timeout(AGENT_CALL, client.get_status(pb::GetStatusRequest {})).await;
-                if let Ok(Ok(_)) = status {
-                    break client;
-                }
+                client.get_status(pb::GetStatusRequest {}).await.ok()?;
+                Some(client)
+            };
+            if let Ok(Some(client)) = tokio::time::timeout(ATTEMPT, attempt).await {
+                break client;
             }
             if Instant::now() > until {
                 return Err(VmError::NotReady { within: ready_within, console: console_tail(&layout) });
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
         };
         Ok(Vm { layout, qemu, daemons, agent, boot_time: started.elapsed() })
     }
@@ -171,6 +200,11 @@ impl Vm {
             Ok(Err(status)) => Err(VmError::Agent(status.message().to_owned())),
             Err(_) => Err(VmError::Agent(format!("no answer within {AGENT_CALL:?}"))),
         }
+    }
+
+    /// A client of the guest's agent (cheap to clone: one channel).
+    pub fn agent(&self) -> VmAgentClient<Channel> {
+        self.agent.clone()
     }
 
     /// QEMU's process id.

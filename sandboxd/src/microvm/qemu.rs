@@ -128,6 +128,20 @@ pub fn vsock_args(layout: &Layout) -> Vec<OsString> {
     ]
 }
 
+/// unshare's arguments before virtiofsd's own: a user namespace in which the daemon's
+/// user is root (so that it may make its own mount and pid namespaces), a pid
+/// namespace it leads, the daemon killed with unshare, and a /run of its own (it keeps
+/// a pid file there, which the service user may not write on the host).
+pub fn unshare_args(virtiofsd: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> =
+        ["--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c"]
+            .map(os)
+            .into();
+    args.push(os(r#"mount -t tmpfs -o mode=0700 cc-virtiofsd /run && exec "$0" "$@""#));
+    args.push(virtiofsd.as_os_str().to_owned());
+    args
+}
+
 /// virtiofsd's arguments for one share (QEMU 7.2's C daemon).
 pub fn virtiofsd_args(layout: &Layout, share: &Share) -> Vec<OsString> {
     vec![

@@ -16,6 +16,7 @@ use cc_proto::helper::MAX_MESSAGE_BYTES;
 use cc_proto::supervisor::v1::conversations_client::ConversationsClient;
 use cc_proto::supervisor::v1::gate_client::GateClient;
 use cc_proto::supervisor::v1::repositories_client::RepositoriesClient;
+use cc_proto::supervisor::v1::rigs_client::RigsClient;
 use cc_proto::supervisor::v1::runs_client::RunsClient;
 use cc_proto::supervisor::v1::sandbox_client::SandboxClient;
 use cc_proto::supervisor::v1::system_client::SystemClient;
@@ -37,6 +38,7 @@ pub struct Client {
     pub runs: Runs,
     pub gate: Gate,
     pub terminals: TerminalsClient<Channel>,
+    pub rigs: RigsClient<Channel>,
 }
 
 impl Client {
@@ -50,7 +52,8 @@ impl Client {
             sandbox: SandboxClient::new(channel.clone()).max_decoding_message_size(max),
             runs: RunsClient::new(channel.clone()).max_decoding_message_size(max),
             gate: GateClient::new(channel.clone()).max_decoding_message_size(max),
-            terminals: TerminalsClient::new(channel).max_decoding_message_size(max),
+            terminals: TerminalsClient::new(channel.clone()).max_decoding_message_size(max),
+            rigs: RigsClient::new(channel).max_decoding_message_size(max),
         }
     }
 }

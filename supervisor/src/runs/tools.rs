@@ -253,6 +253,16 @@ impl RunManager {
         }
     }
 
+    /// Judges `command_line` as a bash call of the run (a rig's command): the gate's
+    /// rules, the command policy and the mode, and its approvers; `Ok` only for an allow.
+    pub async fn judge_command(&self, run_id: &RunId, command_line: &str) -> Result<Arc<LiveRun>, RunError> {
+        let run = self.require_live(run_id)?;
+        let call = pb::BashArgs { command: command_line.to_owned(), timeout_seconds: 0 };
+        let described = describe(Some(&Tool::Bash(call)), &run.record.work_dir)?;
+        self.ask_gate(&run, &described, false).await?;
+        Ok(run)
+    }
+
     pub async fn call_tool(self: &Arc<Self>, run_id: &RunId, tool: Option<Tool>) -> Result<Events, RunError> {
         let run = self.require_live(run_id)?;
         let described = describe(tool.as_ref(), &run.record.work_dir)?;

@@ -12,6 +12,7 @@
 //! terminals, which hangs them up too).
 
 pub mod host;
+pub mod microvm;
 pub mod native;
 pub mod service;
 pub mod session;
@@ -67,6 +68,8 @@ pub enum TerminalError {
     Run(#[from] RunError),
     #[error("cannot start the terminal: {0}")]
     CannotStart(String),
+    #[error("{}", .0.message())]
+    Rig(Status),
 }
 
 impl From<TerminalError> for Status {
@@ -87,6 +90,7 @@ impl From<TerminalError> for Status {
             TerminalError::Conversation(e) => e.into(),
             TerminalError::Run(e) => e.into(),
             TerminalError::CannotStart(_) => Status::internal(message),
+            TerminalError::Rig(status) => status,
         }
     }
 }
@@ -143,6 +147,8 @@ pub struct TerminalManager {
     stopping: AtomicBool,
     /// The microVM probe, which says why a microVM terminal cannot be had.
     microvm: cc_host::microvm::MicrovmProbe,
+    /// Where a microVM terminal's VM comes from.
+    rigs: Arc<crate::rigs::RigManager>,
 }
 
 impl TerminalManager {
@@ -153,6 +159,7 @@ impl TerminalManager {
         events: Arc<EventLog>,
         enveloped: bool,
         microvm: cc_host::microvm::MicrovmProbe,
+        rigs: Arc<crate::rigs::RigManager>,
     ) -> Arc<Self> {
         Arc::new(TerminalManager {
             terminals: Mutex::default(),
@@ -164,6 +171,7 @@ impl TerminalManager {
             starting: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             microvm,
+            rigs,
         })
     }
 
@@ -214,13 +222,7 @@ impl TerminalManager {
         let (hosted, run, command, confinement) = match request.backend {
             Backend::Host => self.start_host(&request, inputs).await?,
             Backend::Native => self.start_native(&request, inputs).await?,
-            Backend::Microvm => {
-                let why = self.microvm.line.strip_prefix("microvm=").unwrap_or(&self.microvm.line);
-                return Err(TerminalError::Unavailable {
-                    backend: "microvm",
-                    why: format!("{why}; use host or native"),
-                });
-            }
+            Backend::Microvm => self.start_microvm(&request, inputs).await?,
         };
         let session = Session::start(hosted, senders, request.size, scrollback, stalled);
         let terminal = Arc::new(Terminal {
@@ -340,6 +342,37 @@ impl TerminalManager {
             if request.network { "through the run's proxy" } else { "off" }
         );
         Ok((hosted, Some(live.run_id.clone()), command, confinement))
+    }
+
+    async fn start_microvm(
+        &self,
+        request: &CreateRequest,
+        inputs: session::Inputs,
+    ) -> Result<(session::Hosted, Option<RunId>, Vec<String>, String), TerminalError> {
+        if !self.microvm.available {
+            let why = self.microvm.line.strip_prefix("microvm=").unwrap_or(&self.microvm.line);
+            return Err(TerminalError::Unavailable { backend: "microvm", why: format!("{why}; use host or native") });
+        }
+        let Some(conversation) = request.conversation.clone() else {
+            return Err(TerminalError::BadRequest("a microvm terminal runs in a conversation: give one".into()));
+        };
+        if request.cwd.is_some() || request.network {
+            return Err(TerminalError::BadRequest(
+                "a microvm terminal starts in the guest's copy of the work, and has no network".into(),
+            ));
+        }
+        let command = if request.command.is_empty() { microvm::default_command() } else { request.command.clone() };
+        let env = request.env.clone();
+        let started = microvm::start(&self.rigs, conversation, command.clone(), env, request.size, inputs).await;
+        let (hosted, rig) = started.map_err(|e| TerminalError::Rig(e.into()))?;
+        let vm = rig.vm();
+        let confinement = format!(
+            "microVM {} ({}, {} MiB; the conversation's copy shared in, nothing else of the host, no network)",
+            rig.name(),
+            vm.accel,
+            vm.memory_mib
+        );
+        Ok((hosted, Some(rig.run.clone()), command, confinement))
     }
 
     /// Records the terminal's exit; ends it when it has been detached for the idle

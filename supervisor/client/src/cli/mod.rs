@@ -7,6 +7,7 @@ mod gate;
 mod limits;
 mod progress;
 mod render;
+mod rig;
 mod runs;
 mod terminal;
 mod words;
@@ -109,6 +110,11 @@ enum Command {
         run: String,
         #[command(subcommand)]
         action: runs::ToolAction,
+    },
+    /// Rigs: microVMs that stay up for a conversation, reached by gated commands
+    Rig {
+        #[command(subcommand)]
+        action: rig::RigAction,
     },
     /// Terminals the supervisor hosts: they outlive their clients (detach with `~.`)
     Terminal {
@@ -529,6 +535,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run { action } => runs::run(connect_runs(&socket, &data).await?, action, cli.json).await?,
         Command::Tool { run, action } => runs::tool(connect_runs(&socket, &data).await?, run, action, cli.json).await?,
+        Command::Rig { action } => rig::rig(connect(&socket, &data).await?.rigs, action, cli.json).await?,
         Command::Terminal { action } => {
             terminal::terminal(connect(&socket, &data).await?.terminals, action, cli.json).await?
         }

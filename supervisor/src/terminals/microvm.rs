@@ -1,0 +1,110 @@
+//! The microvm backend: the shell runs in a rig of the conversation of its own, a
+//! microVM with the conversation's repos and agent work dir shared in and nothing else
+//! of the host, on a pseudo-terminal the guest's agent opens. The terminal and its rig
+//! end together.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cc_proto::sandboxd::v1 as sb;
+use cc_proto::sandboxd::v1::exec_vm_request::Input;
+use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
+use tokio::sync::{mpsc, oneshot};
+
+use super::session::{Control, Exit, Hosted, Inputs, Size};
+use crate::ids::ConversationId;
+use crate::rigs::{Rig, RigError, RigManager};
+
+/// The default command: busybox's shell, the guest's only one.
+pub fn default_command() -> Vec<String> {
+    vec!["/bin/sh".into(), "-l".into()]
+}
+
+/// Starts the terminal's rig, then its command on a terminal in the guest.
+pub async fn start(
+    rigs: &Arc<RigManager>,
+    conversation: ConversationId,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    size: Size,
+    inputs: Inputs,
+) -> Result<(Hosted, Arc<Rig>), RigError> {
+    let rig = rigs.start(conversation, 0, 0).await?;
+    let start = sb::ExecVmStart {
+        vm_id: rig.vm_id.clone(),
+        argv: argv.into_iter().map(String::into_bytes).collect(),
+        pty: Some(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() }),
+        env: env.into_iter().collect(),
+        timeout_seconds: 0,
+    };
+    let (mut events, launch) = match rigs.exec_vm(start).await {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = rigs.stop(&rig.name()).await;
+            return Err(e);
+        }
+    };
+    let (output_tx, output) = mpsc::channel::<Bytes>(4);
+    let (exited_tx, exited) = oneshot::channel();
+    let (ended_tx, mut ended) = tokio::sync::watch::channel(false);
+    let (rigs_out, name_out) = (rigs.clone(), rig.name());
+    let hung_up = Arc::new(std::sync::Mutex::new(None::<String>));
+    let hung_up_out = hung_up.clone();
+    tokio::spawn(async move {
+        let mut exit = Exit { reason: "the microVM ended without the command's exit".into(), ..Exit::default() };
+        while let Some(message) = events.recv().await {
+            match message {
+                Ok(sb::LaunchResponse { event: Some(LaunchEvent::Stdout(b) | LaunchEvent::Stderr(b)) }) => {
+                    if output_tx.send(Bytes::from(b)).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(sb::LaunchResponse { event: Some(LaunchEvent::Exit(e)) }) => {
+                    exit = Exit { code: e.code, signal: e.signal, reason: String::new() };
+                    break;
+                }
+                Ok(_) => {}
+                Err(status) => {
+                    exit.reason = format!("sandboxd: {}", status.message());
+                    break;
+                }
+            }
+        }
+        drop(output_tx);
+        if let Some(why) = hung_up_out.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            exit.reason = why;
+        }
+        // The rig was the terminal's alone.
+        let _ = rigs_out.stop(&name_out).await;
+        let _ = ended_tx.send(true);
+        let _ = exited_tx.send(exit);
+    });
+    let (rigs_in, name_in) = (rigs.clone(), rig.name());
+    tokio::spawn(async move {
+        let Inputs { mut typed, mut controls, mut hangup } = inputs;
+        let why = loop {
+            let input = tokio::select! {
+                Some(bytes) = typed.recv() => Input::Stdin(bytes),
+                Some(control) = controls.recv() => match control {
+                    Control::Resize(size) => {
+                        Input::Resize(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() })
+                    }
+                    Control::Signal(number) => Input::Signal(number),
+                },
+                _ = hangup.changed() => {
+                    break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
+                }
+                _ = async { ended.wait_for(|e| *e).await.map(|_| ()) } => return,
+            };
+            tokio::select! {
+                sent = launch.send(sb::ExecVmRequest { input: Some(input) }) => if sent.is_err() { return },
+                _ = hangup.changed() => {
+                    break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
+                }
+            }
+        };
+        *hung_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        let _ = rigs_in.stop(&name_in).await;
+    });
+    Ok((Hosted { output, exited, pid: 0 }, rig))
+}
