@@ -32,6 +32,9 @@ fi
 ./target/release/cc-bench egress "$srt_proxy"
 ./target/release/cc-bench adapters
 ./target/release/cc-bench terminals
+# The microVM guest image beside the release binaries, with the agent.
+deploy/microvm/build-image target/release/microvm target/release/cc-vm-agent
+./target/release/cc-bench microvm
 if [ "$(id -u)" = 0 ]; then
   ./target/release/cc-bench limits
 else

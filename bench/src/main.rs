@@ -18,6 +18,8 @@
 //! * `egress`: 1 GiB through a run's CONNECT tunnel vs straight over loopback (and
 //!   through srt's proxy), and the connect latency the proxy adds.
 //! * `adapters`: the claude-code hook's decision latency.
+//! * `microvm`: a microVM's boot to its agent, `exec true` through the agent, and
+//!   QEMU's memory.
 //! * `terminals`: a hosted terminal's keystroke echo and `cat` throughput against a
 //!   local pty.
 #![forbid(unsafe_code)]
@@ -37,6 +39,7 @@ mod gate;
 mod git;
 mod limits;
 mod load;
+mod microvm;
 mod neighbours;
 mod runs;
 mod sandbox;
@@ -57,9 +60,10 @@ fn main() -> anyhow::Result<()> {
         "egress" => egress::run(std::env::args().nth(2)),
         "adapters" => adapters::run(),
         "terminals" => terminals::run(),
+        "microvm" => microvm::run(),
         other => {
             bail!(
-                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, terminals)"
+                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, terminals, microvm)"
             )
         }
     }

@@ -73,6 +73,13 @@ pub struct Vm {
     pub boot_time: Duration,
 }
 
+/// The host's TSC rate in kHz, for an emulated guest (see [`Layout::tsc_khz`]).
+pub fn host_tsc_khz() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let mhz: f64 = info.lines().find(|l| l.starts_with("cpu MHz"))?.split(':').nth(1)?.trim().parse().ok()?;
+    Some((mhz * 1000.0) as u64)
+}
+
 fn plain(s: &str, extra: &[char]) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || extra.contains(&c))
 }

@@ -81,12 +81,6 @@ pub struct VmHost {
     vms: Mutex<HashMap<String, Arc<Entry>>>,
 }
 
-fn tsc_khz() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let mhz: f64 = info.lines().find(|l| l.starts_with("cpu MHz"))?.split(':').nth(1)?.trim().parse().ok()?;
-    Some((mhz * 1000.0) as u64)
-}
-
 impl VmHost {
     /// The host's VMs, from the probe's facts; `dir` holds each VM's directory.
     pub fn new(facts: &cc_host::microvm::Facts, image: PathBuf, dir: PathBuf) -> VmHost {
@@ -107,7 +101,7 @@ impl VmHost {
             cc_host::microvm::Accel::TcgUnderPvm => "tcg (/dev/kvm is kvm_pvm)".to_owned(),
             cc_host::microvm::Accel::TcgWithoutKvm(why) => format!("tcg ({why})"),
         };
-        VmHost { probe, image, programs, kvm, accel, tsc_khz: tsc_khz(), dir, vms: Mutex::default() }
+        VmHost { probe, image, programs, kvm, accel, tsc_khz: super::host_tsc_khz(), dir, vms: Mutex::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
