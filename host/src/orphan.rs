@@ -3,13 +3,12 @@
 //! SIGKILL included.
 #![allow(unsafe_code)]
 
-use std::os::unix::process::CommandExt;
-
 /// Makes the child of `command` receive SIGKILL when the thread that forked it exits
 /// (`PR_SET_PDEATHSIG`). Spawn from a long-lived thread (a runtime's worker, not a
 /// blocking-pool thread that may be retired).
 #[cfg(target_os = "linux")]
 pub fn die_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
     let hook = || -> std::io::Result<()> {
         // SAFETY: prctl(2) is async-signal-safe; its arguments are plain integers.
         let set = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };

@@ -4,7 +4,7 @@
 //! old group gone, its number reused), outside the terminal's envelope.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
 use nix::sys::signal::Signal;
 
@@ -12,6 +12,7 @@ use nix::sys::signal::Signal;
 /// `master`. Fails (ENOTTY, EINVAL) when the terminal has no foreground group.
 #[cfg(target_os = "linux")]
 pub fn signal_foreground(master: impl AsFd, signal: Signal) -> nix::Result<()> {
+    use std::os::fd::AsRawFd;
     // SAFETY: TIOCSIG takes its argument by value (the signal number), not a pointer;
     // the descriptor is borrowed for the call and stays open through it.
     let result = unsafe { libc::ioctl(master.as_fd().as_raw_fd(), libc::TIOCSIG, signal as libc::c_int) };
