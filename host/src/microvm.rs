@@ -22,7 +22,8 @@ pub enum Accel {
 /// How the host talks to a guest's agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Vsock {
-    /// The kernel's vhost-vsock (`/dev/vhost-vsock`).
+    /// The kernel's vhost-vsock (`/dev/vhost-vsock`) and no daemon: not yet a transport
+    /// this build's launcher uses.
     VhostVsock,
     /// rust-vmm's `vhost-device-vsock`, a vhost-user backend that exposes the guest's
     /// ports as Unix sockets (Firecracker's `CONNECT <port>` protocol).
@@ -85,17 +86,19 @@ pub fn gather(image_dir: &Path, launcher_built: bool) -> Facts {
     } else {
         Err(format!("no guest image in {} (deploy/microvm/build-image builds it)", image_dir.display()))
     };
-    let vsock = if Path::new("/dev/vhost-vsock").exists() {
-        Vsock::VhostVsock
-    } else {
-        // The system's places first: as root, the daemon runs as the service user, who
-        // cannot reach a copy in root's home that PATH may name first.
-        ["/usr/local/bin/vhost-device-vsock", "/usr/bin/vhost-device-vsock"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .or_else(|| find_program("vhost-device-vsock"))
-            .map_or(Vsock::None, Vsock::VhostUser)
+    // The daemon first: this build's launcher speaks vhost-user only, so a host with
+    // both uses the daemon, and one with only /dev/vhost-vsock is said to be so.
+    // The system's places before PATH: as root, the daemon runs as the service user,
+    // who cannot reach a copy in root's home that PATH may name first.
+    let daemon = ["/usr/local/bin/vhost-device-vsock", "/usr/bin/vhost-device-vsock"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .or_else(|| find_program("vhost-device-vsock"));
+    let vsock = match daemon {
+        Some(daemon) => Vsock::VhostUser(daemon),
+        None if Path::new("/dev/vhost-vsock").exists() => Vsock::VhostVsock,
+        None => Vsock::None,
     };
     let virtiofsd = ["/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd"]
         .into_iter()
@@ -134,8 +137,11 @@ pub fn judge(f: &Facts) -> MicrovmProbe {
         Err(why) => missing.push(why.clone()),
     }
     match &f.vsock {
-        Vsock::VhostVsock => found.push("vhost-vsock".to_owned()),
         Vsock::VhostUser(_) => found.push("vhost-user-vsock".to_owned()),
+        Vsock::VhostVsock => missing.push(
+            "/dev/vhost-vsock is here, but this build launches guests with vhost-device-vsock only (cargo install vhost-device-vsock --root /usr/local)"
+                .to_owned(),
+        ),
         Vsock::None => {
             missing.push("no vsock transport (no /dev/vhost-vsock, no vhost-device-vsock on PATH)".to_owned())
         }
@@ -186,6 +192,7 @@ mod tests {
             (Facts { qemu: None, ..complete() }, "qemu-system-x86_64 does not run"),
             (Facts { image: Err("no guest image in /x".into()), ..complete() }, "no guest image in /x"),
             (Facts { vsock: Vsock::None, ..complete() }, "no vsock transport"),
+            (Facts { vsock: Vsock::VhostVsock, ..complete() }, "launches guests with vhost-device-vsock only"),
             (Facts { virtiofsd: None, ..complete() }, "no virtiofsd"),
             (Facts { launcher_built: false, ..complete() }, "no microVM launcher yet"),
         ];

@@ -375,3 +375,32 @@ fn a_supervisor_sigkill_leaves_no_qemu_running() {
     // The next start sweeps what the killed one left (the rig's run's cgroup).
     drop(Supervisor::start_on(&f.sup.data_dir, Options::default()));
 }
+
+/// The guest's agent killed from inside (a command kills its own parent, the agent's
+/// server): the guest ends, and the rig says so, its run stopped, nothing left.
+#[test]
+fn killing_the_guest_agent_ends_the_rig_clearly() {
+    let f = cc_tests::runs::fixture(None);
+    if !rigs_here(&f.sup) {
+        return;
+    }
+    let out = f.sup.ccctl(&["rig", "start", "--conversation", &f.conversation, "--memory", "256"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let name = text(&out).0.trim().to_owned();
+    let rigs = f.sup.ccctl_json(&["rig", "list"]);
+    let qemu = rigs[0]["qemu_pid"].as_u64().unwrap() as u32;
+    // $PPID of the guest's sh is the agent's server.
+    let out = f.sup.ccctl(&["rig", "exec", &name, "--", "kill -9 $PPID"]);
+    assert!(!out.status.success(), "the command's exit cannot be told: {:?}", text(&out));
+    cc_tests::eventually(Duration::from_secs(30), "the rig says its VM ended", || {
+        let rigs = f.sup.ccctl_json(&["rig", "list"]);
+        rigs.as_array().unwrap().iter().any(|r| r["name"] == name.as_str() && r["running"] == false)
+    });
+    let rigs = f.sup.ccctl_json(&["rig", "list"]);
+    assert!(rigs[0]["ended_reason"].as_str().unwrap().starts_with("QEMU exited"), "{rigs}");
+    cc_tests::eventually(Duration::from_secs(30), "QEMU is gone", || !cc_tests::alive(qemu));
+    let run = rigs[0]["run_id"].as_str().unwrap().to_owned();
+    cc_tests::eventually(Duration::from_secs(30), "the rig's run is stopped", || {
+        f.sup.ccctl_json(&["run", "show", &run])["state"] != "running"
+    });
+}

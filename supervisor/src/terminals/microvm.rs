@@ -11,7 +11,7 @@ use cc_proto::sandboxd::v1::exec_vm_request::Input;
 use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
 use tokio::sync::{mpsc, oneshot};
 
-use super::session::{Control, Exit, Hosted, Inputs, Size};
+use super::session::{Control, Exit, Forward, Forwarded, Hosted, Inputs, Size, forward};
 use crate::ids::ConversationId;
 use crate::rigs::{Rig, RigError, RigManager};
 
@@ -46,7 +46,7 @@ pub async fn start(
     };
     let (output_tx, output) = mpsc::channel::<Bytes>(4);
     let (exited_tx, exited) = oneshot::channel();
-    let (ended_tx, mut ended) = tokio::sync::watch::channel(false);
+    let (ended_tx, ended) = tokio::sync::watch::channel(false);
     let (rigs_out, name_out) = (rigs.clone(), rig.name());
     let hung_up = Arc::new(std::sync::Mutex::new(None::<String>));
     let hung_up_out = hung_up.clone();
@@ -81,30 +81,21 @@ pub async fn start(
     });
     let (rigs_in, name_in) = (rigs.clone(), rig.name());
     tokio::spawn(async move {
-        let Inputs { mut typed, mut controls, mut hangup } = inputs;
-        let why = loop {
-            let input = tokio::select! {
-                Some(bytes) = typed.recv() => Input::Stdin(bytes),
-                Some(control) = controls.recv() => match control {
-                    Control::Resize(size) => {
-                        Input::Resize(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() })
-                    }
-                    Control::Signal(number) => Input::Signal(number),
-                },
-                _ = hangup.changed() => {
-                    break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
+        let send = |next: Forward| {
+            let input = match next {
+                Forward::Typed(bytes) => Input::Stdin(bytes),
+                Forward::Control(Control::Resize(size)) => {
+                    Input::Resize(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() })
                 }
-                _ = async { ended.wait_for(|e| *e).await.map(|_| ()) } => return,
+                Forward::Control(Control::Signal(number)) => Input::Signal(number),
             };
-            tokio::select! {
-                sent = launch.send(sb::ExecVmRequest { input: Some(input) }) => if sent.is_err() { return },
-                _ = hangup.changed() => {
-                    break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
-                }
-            }
+            let launch = launch.clone();
+            async move { launch.send(sb::ExecVmRequest { input: Some(input) }).await.is_ok() }
         };
-        *hung_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-        let _ = rigs_in.stop(&name_in).await;
+        if let Forwarded::HungUp(why) = forward(inputs, ended, send).await {
+            *hung_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+            let _ = rigs_in.stop(&name_in).await;
+        }
     });
     Ok((Hosted { output, exited, pid: 0 }, rig))
 }

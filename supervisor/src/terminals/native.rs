@@ -19,7 +19,7 @@ use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::StreamExt;
 
-use super::session::{Control, Exit, Hosted, Inputs, Size};
+use super::session::{Control, Exit, Forward, Forwarded, Hosted, Inputs, Size, forward};
 use crate::ids::{ConversationId, RunId};
 use crate::runs::{LiveRun, RunError, RunManager, StartRequest};
 
@@ -135,34 +135,23 @@ async fn carry_input(
     manager: Arc<RunManager>,
     run: RunId,
     hung_up: HungUp,
-    mut ended: watch::Receiver<bool>,
+    ended: watch::Receiver<bool>,
 ) {
-    let Inputs { mut typed, mut controls, mut hangup } = inputs;
-    let send = |input| sb::LaunchInteractiveRequest { input: Some(input) };
-    let why = loop {
-        let input = tokio::select! {
-            Some(bytes) = typed.recv() => Input::Stdin(bytes),
-            Some(control) = controls.recv() => match control {
-                Control::Resize(size) => {
-                    Input::Resize(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() })
-                }
-                Control::Signal(number) => Input::Signal(number),
-            },
-            _ = hangup.changed() => {
-                break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
+    let send = |next: Forward| {
+        let input = match next {
+            Forward::Typed(bytes) => Input::Stdin(bytes),
+            Forward::Control(Control::Resize(size)) => {
+                Input::Resize(sb::PtySize { columns: size.columns.into(), rows: size.rows.into() })
             }
-            _ = ended.wait_for(|ended| *ended) => return,
+            Forward::Control(Control::Signal(number)) => Input::Signal(number),
         };
-        tokio::select! {
-            sent = launch.send(send(input)) => if sent.is_err() { return },
-            _ = hangup.changed() => {
-                break hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned());
-            }
-            _ = ended.wait_for(|ended| *ended) => return,
-        }
+        let launch = launch.clone();
+        async move { launch.send(sb::LaunchInteractiveRequest { input: Some(input) }).await.is_ok() }
     };
-    *hung_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
-    let _ = manager.stop(&run, &format!("its terminal was ended: {why}")).await;
+    if let Forwarded::HungUp(why) = forward(inputs, ended, send).await {
+        *hung_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        let _ = manager.stop(&run, &format!("its terminal was ended: {why}")).await;
+    }
 }
 
 /// Why the terminal was ended from our side, for its exit.

@@ -88,6 +88,47 @@ pub struct InputSenders {
     hangup: watch::Sender<Option<String>>,
 }
 
+/// One thing for a remote backend to pass on.
+pub enum Forward {
+    Typed(Vec<u8>),
+    Control(Control),
+}
+
+/// How [`forward`] ended.
+pub enum Forwarded {
+    /// The session asked for the command's end, for this reason.
+    HungUp(String),
+    /// The command ended, or its host stopped taking input.
+    Ended,
+}
+
+/// Passes a backend's [`Inputs`] on with `send` (false once its host takes no more)
+/// until a hangup or `ended`: a hangup is seen even while `send` waits on a command
+/// that reads nothing.
+pub async fn forward<F, Fut>(inputs: Inputs, mut ended: watch::Receiver<bool>, send: F) -> Forwarded
+where
+    F: Fn(Forward) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let Inputs { mut typed, mut controls, mut hangup } = inputs;
+    let why = |hangup: &watch::Receiver<Option<String>>| {
+        Forwarded::HungUp(hangup.borrow().clone().unwrap_or_else(|| "its session ended".to_owned()))
+    };
+    loop {
+        let next = tokio::select! {
+            Some(bytes) = typed.recv() => Forward::Typed(bytes),
+            Some(control) = controls.recv() => Forward::Control(control),
+            _ = hangup.changed() => return why(&hangup),
+            _ = async { ended.wait_for(|e| *e).await.map(|_| ()) } => return Forwarded::Ended,
+        };
+        tokio::select! {
+            sent = send(next) => if !sent { return Forwarded::Ended },
+            _ = hangup.changed() => return why(&hangup),
+            _ = async { ended.wait_for(|e| *e).await.map(|_| ()) } => return Forwarded::Ended,
+        }
+    }
+}
+
 /// A pair: the backend takes [`Inputs`], the session the senders.
 pub fn inputs() -> (InputSenders, Inputs) {
     let (typed_tx, typed) = mpsc::channel(INPUT_QUEUE);
