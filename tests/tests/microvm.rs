@@ -354,6 +354,42 @@ async fn a_microvm_terminal_runs_a_shell_in_its_own_vm() {
     cc_tests::eventually(Duration::from_secs(30), "the terminal's rig is gone", || {
         f.sup.ccctl_json(&["rig", "list"]).as_array().unwrap().is_empty()
     });
+
+    // A terminal opened in a running rig: the rig outlives it, and a deleted one's
+    // command is ended in the guest.
+    let out = f.sup.ccctl(&["rig", "start", "--conversation", &f.conversation, "--memory", "256"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let rig = text(&out).0.trim().to_owned();
+    let in_rig = |client: &mut cc_client::Client| {
+        let request = pb::CreateTerminalRequest {
+            backend: pb::TerminalBackend::Microvm as i32,
+            rig: rig.clone(),
+            size: Some(pb::TerminalSize { columns: 80, rows: 24 }),
+            ..Default::default()
+        };
+        let mut client = client.clone();
+        async move { client.terminals.create_terminal(request).await.unwrap().into_inner().terminal.unwrap() }
+    };
+    let terminal = in_rig(&mut client).await;
+    assert!(terminal.confinement.contains(&rig), "{}", terminal.confinement);
+    let mut t = cc_tests::terminal::attach(&mut client, &terminal.name).await.unwrap();
+    t.type_text("exit 3\n").await;
+    t.read_to_end(Duration::from_secs(30)).await;
+    assert_eq!(t.exit.as_ref().and_then(|e| e.code), Some(3));
+    let second = in_rig(&mut client).await;
+    let t = cc_tests::terminal::attach(&mut client, &second.name).await.unwrap();
+    t.type_text("exec sleep 4242\n").await;
+    let ps = || text(&f.sup.ccctl(&["rig", "exec", &rig, "--", "ps"])).0;
+    cc_tests::eventually(Duration::from_secs(30), "the terminal's command runs in the guest", || {
+        ps().contains("sleep 4242")
+    });
+    client.terminals.delete_terminal(pb::DeleteTerminalRequest { name: second.name.clone() }).await.unwrap();
+    cc_tests::eventually(Duration::from_secs(30), "the deleted terminal's command is gone", || {
+        !ps().contains("sleep 4242")
+    });
+    let rigs = f.sup.ccctl_json(&["rig", "list"]);
+    assert_eq!(rigs[0]["running"], true, "the rig outlives its terminals: {rigs}");
+    assert!(f.sup.ccctl(&["rig", "stop", &rig]).status.success());
 }
 
 /// kill -9 of the supervisor: sandboxd goes with it, and every VM's QEMU and daemons

@@ -141,7 +141,15 @@ pub async fn exec(mut inputs: tonic::Streaming<pb::ExecRequest>) -> Result<ExecS
     });
 
     tokio::spawn(async move {
-        let status = child.wait().await.ok();
+        // The caller gone: the command goes too (the group's drop kills it).
+        let status = tokio::select! {
+            status = child.wait() => status.ok(),
+            _ = tx.closed() => {
+                drop(group);
+                let _ = child.wait().await;
+                return;
+            }
+        };
         use std::os::unix::process::ExitStatusExt;
         let exit = pb::ExecExit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()) };
         // The output comes before the exit: the readers end when their pipes close,

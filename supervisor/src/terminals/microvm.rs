@@ -20,16 +20,26 @@ pub fn default_command() -> Vec<String> {
     vec!["/bin/sh".into(), "-l".into()]
 }
 
-/// Starts the terminal's rig, then its command on a terminal in the guest.
-pub async fn start(
-    rigs: &Arc<RigManager>,
-    conversation: ConversationId,
-    argv: Vec<String>,
-    env: Vec<(String, String)>,
-    size: Size,
-    inputs: Inputs,
-) -> Result<(Hosted, Arc<Rig>), RigError> {
-    let rig = rigs.start(conversation, 0, 0).await?;
+/// What to start.
+pub struct Spec {
+    pub conversation: ConversationId,
+    /// A running rig to open the terminal in (it outlives the terminal); `None`: a
+    /// rig of the terminal's own, which ends with it.
+    pub rig: Option<Arc<Rig>>,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub size: Size,
+}
+
+/// Starts the terminal's rig (unless it is given one), then its command on a terminal
+/// in the guest.
+pub async fn start(rigs: &Arc<RigManager>, spec: Spec, inputs: Inputs) -> Result<(Hosted, Arc<Rig>), RigError> {
+    let Spec { conversation, rig, argv, env, size } = spec;
+    let owned = rig.is_none();
+    let rig = match rig {
+        Some(rig) => rig,
+        None => rigs.start(conversation, 0, 0).await?,
+    };
     let start = sb::ExecVmStart {
         vm_id: rig.vm_id.clone(),
         argv: argv.into_iter().map(String::into_bytes).collect(),
@@ -40,7 +50,9 @@ pub async fn start(
     let (mut events, launch) = match rigs.exec_vm(start).await {
         Ok(started) => started,
         Err(e) => {
-            let _ = rigs.stop(&rig.name()).await;
+            if owned {
+                let _ = rigs.stop(&rig.name()).await;
+            }
             return Err(e);
         }
     };
@@ -50,9 +62,18 @@ pub async fn start(
     let (rigs_out, name_out) = (rigs.clone(), rig.name());
     let hung_up = Arc::new(std::sync::Mutex::new(None::<String>));
     let hung_up_out = hung_up.clone();
+    // Set on a hangup: the command's call is dropped, which ends it in the guest.
+    let (drop_call, mut call_dropped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut exit = Exit { reason: "the microVM ended without the command's exit".into(), ..Exit::default() };
-        while let Some(message) = events.recv().await {
+        loop {
+            let message = tokio::select! {
+                message = events.recv() => match message {
+                    Some(message) => message,
+                    None => break,
+                },
+                _ = async { call_dropped.wait_for(|d| *d).await.map(|_| ()) } => break,
+            };
             match message {
                 Ok(sb::LaunchResponse { event: Some(LaunchEvent::Stdout(b) | LaunchEvent::Stderr(b)) }) => {
                     if output_tx.send(Bytes::from(b)).await.is_err() {
@@ -74,8 +95,10 @@ pub async fn start(
         if let Some(why) = hung_up_out.lock().unwrap_or_else(|p| p.into_inner()).take() {
             exit.reason = why;
         }
-        // The rig was the terminal's alone.
-        let _ = rigs_out.stop(&name_out).await;
+        // A rig of the terminal's own ends with it; a rig it was opened in goes on.
+        if owned {
+            let _ = rigs_out.stop(&name_out).await;
+        }
         let _ = ended_tx.send(true);
         let _ = exited_tx.send(exit);
     });
@@ -94,7 +117,13 @@ pub async fn start(
         };
         if let Forwarded::HungUp(why) = forward(inputs, ended, send).await {
             *hung_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-            let _ = rigs_in.stop(&name_in).await;
+            // Its own rig goes with the terminal; in a rig it was opened in, the
+            // command's call is dropped, which kills it there.
+            if owned {
+                let _ = rigs_in.stop(&name_in).await;
+            } else {
+                let _ = drop_call.send(true);
+            }
         }
     });
     Ok((Hosted { output, exited, pid: 0 }, rig))

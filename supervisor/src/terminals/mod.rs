@@ -105,6 +105,8 @@ pub struct CreateRequest {
     pub env: Vec<(String, String)>,
     pub size: Size,
     pub network: bool,
+    /// microvm: an existing rig to open the terminal in.
+    pub rig: Option<String>,
 }
 
 /// One hosted terminal.
@@ -353,8 +355,18 @@ impl TerminalManager {
             let why = self.microvm.line.strip_prefix("microvm=").unwrap_or(&self.microvm.line);
             return Err(TerminalError::Unavailable { backend: "microvm", why: format!("{why}; use host or native") });
         }
-        let Some(conversation) = request.conversation.clone() else {
-            return Err(TerminalError::BadRequest("a microvm terminal runs in a conversation: give one".into()));
+        let existing = match &request.rig {
+            Some(name) => Some(self.rigs.get(name).await.map_err(|e| TerminalError::Rig(e.into()))?.0),
+            None => None,
+        };
+        let conversation = match (&existing, request.conversation.clone()) {
+            (Some(rig), _) => rig.conversation.clone(),
+            (None, Some(conversation)) => conversation,
+            (None, None) => {
+                return Err(TerminalError::BadRequest(
+                    "a microvm terminal runs in a conversation or a rig: give one".into(),
+                ));
+            }
         };
         if request.cwd.is_some() || request.network {
             return Err(TerminalError::BadRequest(
@@ -363,7 +375,8 @@ impl TerminalManager {
         }
         let command = if request.command.is_empty() { microvm::default_command() } else { request.command.clone() };
         let env = request.env.clone();
-        let started = microvm::start(&self.rigs, conversation, command.clone(), env, request.size, inputs).await;
+        let spec = microvm::Spec { conversation, rig: existing, argv: command.clone(), env, size: request.size };
+        let started = microvm::start(&self.rigs, spec, inputs).await;
         let (hosted, rig) = started.map_err(|e| TerminalError::Rig(e.into()))?;
         let vm = rig.vm();
         let confinement = format!(

@@ -177,6 +177,7 @@ impl Terminals for TerminalsService {
             env: r.env.into_iter().collect(),
             size: size_from(r.size)?.unwrap_or_default(),
             network: r.network,
+            rig: (!r.rig.is_empty()).then_some(r.rig),
         };
         let terminal = self.manager.create(request).await?;
         Ok(Response::new(pb::CreateTerminalResponse { terminal: Some(to_proto(&terminal)) }))

@@ -40,6 +40,9 @@ pub enum TerminalAction {
         /// native: the run's network (through its egress proxy)
         #[arg(long, default_value = "off", value_parser = ["on", "off"])]
         network: String,
+        /// microvm: open it in this running rig (which outlives it) rather than a rig of its own
+        #[arg(long)]
+        rig: Option<String>,
         /// Attach at once
         #[arg(long)]
         attach: bool,
@@ -57,7 +60,7 @@ pub enum TerminalAction {
 
 pub async fn terminal(mut client: TerminalsClient<Channel>, action: TerminalAction, json: bool) -> anyhow::Result<()> {
     match action {
-        TerminalAction::New { backend, conversation, cwd, env, network, attach: then_attach, command } => {
+        TerminalAction::New { backend, conversation, cwd, env, network, rig, attach: then_attach, command } => {
             let env = env
                 .iter()
                 .map(|pair| {
@@ -75,6 +78,7 @@ pub async fn terminal(mut client: TerminalsClient<Channel>, action: TerminalActi
                 env,
                 size: local_size(),
                 network: network == "on",
+                rig: rig.unwrap_or_default(),
             };
             let terminal =
                 client.create_terminal(request).await.map_err(rpc_error)?.into_inner().terminal.unwrap_or_default();
