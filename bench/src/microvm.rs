@@ -69,6 +69,7 @@ pub fn run() -> anyhow::Result<()> {
             kvm,
             tsc_khz: cc_sandboxd::microvm::host_tsc_khz(),
             shares: vec![Share { tag: "work".into(), source: work.clone(), guest_path: "/work".into() }],
+            bridges: vec![],
         };
         let mut boots = Vec::new();
         let mut last = None;

@@ -217,7 +217,7 @@ impl Sandboxd for SandboxdService {
     async fn start_vm(&self, request: Request<pb::StartVmRequest>) -> Result<Response<pb::StartVmResponse>, Status> {
         let r = request.into_inner();
         let policy = self.launcher.policy_of(&r.run_id)?;
-        let vm = self.vms.start(&policy, r.memory_mib, r.cpus).await?;
+        let vm = self.vms.start(&policy, r.memory_mib, r.cpus, r.network).await?;
         Ok(Response::new(pb::StartVmResponse { vm: Some(vm) }))
     }
 

@@ -215,6 +215,7 @@ mod launcher {
             kvm,
             tsc_khz: tsc_khz(),
             shares: vec![Share { tag: "work".into(), source: work.clone(), guest_path: "/work".into() }],
+            bridges: vec![],
         };
         let mut vm = Vm::boot(layout, &programs, Duration::from_secs(60)).await.expect("the VM boots");
         eprintln!("the guest's agent answered {:?} after QEMU started", vm.boot_time);
@@ -439,4 +440,72 @@ fn killing_the_guest_agent_ends_the_rig_clearly() {
     cc_tests::eventually(Duration::from_secs(30), "the rig's run is stopped", || {
         f.sup.ccctl_json(&["run", "show", &run])["state"] != "running"
     });
+}
+
+/// An HTTP server of the test's own on loopback: one answer to every request.
+fn upstream(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let (mut buf, mut head) = ([0u8; 4096], Vec::new());
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                let _ = conn.write_all(answer.as_bytes());
+            });
+        }
+    });
+    port
+}
+
+/// A rig's network: off, the guest has no route (its proxy port does not even
+/// answer); on, an allowed name works through the run's egress proxy, bridged over
+/// vsock, and a name off the allowlist is refused by that proxy.
+#[test]
+fn a_rigs_network_is_the_runs_proxy_or_nothing() {
+    // On loopback, which the proxy reaches only where an exact rule allows it.
+    let port = upstream("hello from upstream");
+    let rules = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(rules.path(), "[[rule]]\neffect = \"access_network\"\ndecision = \"allow\"\n").unwrap();
+    std::fs::set_permissions(rules.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let config = format!(
+        "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"allowed.example.test\", \"127.0.0.1:{port}\"]\n\
+         [egress.resolve]\n\"allowed.example.test\" = [\"127.0.0.1\"]\n\"other.example.test\" = [\"127.0.0.1\"]\n",
+        rules.path().display()
+    );
+    let f = cc_tests::runs::fixture(Some(&config));
+    if !rigs_here(&f.sup) {
+        return;
+    }
+    let start = |network: &str| {
+        let out =
+            f.sup.ccctl(&["rig", "start", "--conversation", &f.conversation, "--memory", "256", "--network", network]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        text(&out).0.trim().to_owned()
+    };
+    let fetch = |rig: &str, host: &str| {
+        let line = format!("wget -q -O - http://{host}:{port}/ 2>&1; echo exit=$?");
+        text(&f.sup.ccctl(&["rig", "exec", rig, "--", &line])).0
+    };
+    let on = start("on");
+    let got = fetch(&on, "allowed.example.test");
+    assert!(got.contains("hello from upstream") && got.contains("exit=0"), "{got}");
+    let refused = fetch(&on, "other.example.test");
+    assert!(refused.contains("403") && !refused.contains("exit=0"), "{refused}");
+    let off = start("off");
+    let nothing = fetch(&off, "allowed.example.test");
+    assert!(!nothing.contains("hello from upstream") && !nothing.contains("exit=0"), "{nothing}");
+    let ran = text(&f.sup.ccctl(&["rig", "exec", &off, "--", "echo $http_proxy; ls /sys/class/net"])).0;
+    assert_eq!(ran, "\nlo\n", "no proxy variable, no device but lo");
+    for rig in [&on, &off] {
+        assert!(f.sup.ccctl(&["rig", "stop", rig]).status.success());
+    }
 }

@@ -34,6 +34,8 @@ pub struct Layout {
     /// hangs in some boots.
     pub tsc_khz: Option<u64>,
     pub shares: Vec<Share>,
+    /// Guest ports the agent bridges to the host's vsock ports of the same number.
+    pub bridges: Vec<u16>,
 }
 
 impl Layout {
@@ -48,6 +50,13 @@ impl Layout {
 
     pub fn share_socket(&self, share: &Share) -> PathBuf {
         self.dir.join(format!("fs-{}.sock", share.tag))
+    }
+
+    /// Where vhost-device-vsock connects a guest's connection to host port `port`.
+    pub fn bridge_socket(&self, port: u16) -> PathBuf {
+        let mut path = self.vsock_socket().into_os_string();
+        path.push(format!("_{port}"));
+        path.into()
     }
 
     pub fn console_log(&self) -> PathBuf {
@@ -76,6 +85,9 @@ pub fn kernel_command_line(layout: &Layout) -> String {
     line.push_str(&format!(" cc.port={AGENT_PORT}"));
     for share in &layout.shares {
         line.push_str(&format!(" cc.share={}:{}:rw", share.tag, share.guest_path));
+    }
+    for port in &layout.bridges {
+        line.push_str(&format!(" cc.bridge={port}"));
     }
     line
 }
@@ -166,6 +178,7 @@ mod tests {
             kvm: false,
             tsc_khz: Some(2_600_000),
             shares: vec![Share { tag: "work".into(), source: "/data/c/repos".into(), guest_path: "/work".into() }],
+            bridges: vec![],
         }
     }
 
@@ -194,6 +207,9 @@ mod tests {
             line,
             "console=ttyS0 reboot=t panic=-1 quiet tsc_early_khz=2600000 cc.port=1024 cc.share=work:/work:rw"
         );
+        let bridged = Layout { bridges: vec![41080, 41081], ..layout() };
+        assert!(kernel_command_line(&bridged).ends_with("cc.share=work:/work:rw cc.bridge=41080 cc.bridge=41081"));
+        assert_eq!(bridged.bridge_socket(41080), PathBuf::from("/data/vms/v1/vsock.sock_41080"));
         let kvm = Layout { kvm: true, ..layout() };
         assert!(!kernel_command_line(&kvm).contains("tsc_early_khz"));
         assert!(joined(&qemu_args(&kvm)).contains("-accel kvm -cpu host"));

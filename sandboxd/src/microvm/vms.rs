@@ -58,6 +58,10 @@ struct Entry {
     agent: cc_proto::vmagent::v1::vm_agent_client::VmAgentClient<tonic::transport::Channel>,
     /// The directory the guest starts commands in.
     cwd: String,
+    /// The run's proxy variables, when its network is on.
+    proxies: Vec<(String, String)>,
+    /// The host ends of the bridges, ended with the VM.
+    bridges: Vec<tokio::task::AbortHandle>,
     home: String,
     /// Ends the VM with this reason.
     stop: Mutex<Option<oneshot::Sender<String>>>,
@@ -122,6 +126,7 @@ impl VmHost {
         policy: &RunPolicy,
         memory_mib: u32,
         cpus: u32,
+        network: bool,
     ) -> Result<pb::Vm, LaunchError> {
         let Some(programs) = self.programs.clone().filter(|_| self.probe.available) else {
             let why = self.probe.line.strip_prefix("microvm=").unwrap_or(&self.probe.line).to_owned();
@@ -147,6 +152,12 @@ impl VmHost {
         let shares = shares(policy);
         let cwd = guest_path(&policy.work_dir, &shares).unwrap_or_else(|| GUEST_REPOS.to_owned());
         let home = if policy.agent_work.is_some() { GUEST_HOME } else { GUEST_REPOS }.to_owned();
+        // Network off: no bridge at all, so the guest has no route anywhere.
+        let bridged: Vec<(u16, PathBuf)> = if network {
+            policy.bridges.iter().map(|(port, socket)| (*port, socket.clone())).collect()
+        } else {
+            vec![]
+        };
         let layout = Layout {
             image: self.image.clone(),
             dir: self.dir.join(&vm_id),
@@ -155,8 +166,32 @@ impl VmHost {
             kvm: self.kvm,
             tsc_khz: self.tsc_khz,
             shares,
+            bridges: bridged.iter().map(|(port, _)| *port).collect(),
         };
-        let vm = Vm::boot(layout, &programs, READY_WITHIN).await.map_err(|e| LaunchError::Refused(e.to_string()))?;
+        // The bridges' host ends listen before the guest can connect.
+        std::fs::create_dir_all(&layout.dir).map_err(LaunchError::CannotStart)?;
+        let mut bridges = Vec::new();
+        for (port, socket) in &bridged {
+            let path = layout.bridge_socket(*port);
+            let listener = tokio::net::UnixListener::bind(&path).map_err(LaunchError::CannotStart)?;
+            if let Some(user) = programs.user {
+                std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid)).map_err(LaunchError::CannotStart)?;
+            }
+            bridges.push(tokio::spawn(carry_bridge(listener, socket.clone())).abort_handle());
+        }
+        let vm = match Vm::boot(layout, &programs, READY_WITHIN).await {
+            Ok(vm) => vm,
+            Err(e) => {
+                bridges.iter().for_each(tokio::task::AbortHandle::abort);
+                return Err(LaunchError::Refused(e.to_string()));
+            }
+        };
+        let proxies: Vec<(String, String)> = if network {
+            let proxy = |k: &String| k.to_ascii_uppercase().ends_with("_PROXY");
+            policy.env.iter().filter(|(k, _)| proxy(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+        } else {
+            vec![]
+        };
         let mounts = vm.status().await.map(|s| s.mounts).unwrap_or_default();
         let info = pb::Vm {
             vm_id: vm_id.clone(),
@@ -169,6 +204,7 @@ impl VmHost {
             cpus,
             mounts,
             accel: self.accel.clone(),
+            network,
         };
         let (stop_tx, stop_rx) = oneshot::channel();
         let (ended_tx, ended) = watch::channel(false);
@@ -176,6 +212,8 @@ impl VmHost {
             info: Mutex::new(info.clone()),
             agent: vm.agent(),
             cwd,
+            proxies,
+            bridges,
             home,
             stop: Mutex::new(Some(stop_tx)),
             ended,
@@ -227,6 +265,7 @@ impl VmHost {
             return Err(LaunchError::BadRequest("argv is empty".into()));
         }
         let mut env: HashMap<String, String> = start.env.into_iter().collect();
+        env.extend(entry.proxies.iter().cloned());
         env.insert("PATH".into(), "/bin:/usr/bin:/sbin".into());
         env.insert("HOME".into(), entry.home.clone());
         if start.pty.is_some() {
@@ -315,6 +354,7 @@ impl VmHost {
 
 /// Owns the VM until QEMU ends or it is stopped; then records why.
 async fn watch_vm(mut vm: Vm, entry: Arc<Entry>, stop: oneshot::Receiver<String>, ended: watch::Sender<bool>) {
+    let vm_bridges: Vec<PathBuf> = vm.layout.bridges.iter().map(|port| vm.layout.bridge_socket(*port)).collect();
     let why = tokio::select! {
         status = vm.wait() => match status {
             Ok(status) => format!("QEMU exited ({status})"),
@@ -323,6 +363,12 @@ async fn watch_vm(mut vm: Vm, entry: Arc<Entry>, stop: oneshot::Receiver<String>
         why = stop => why.unwrap_or_else(|_| "stopped".to_owned()),
     };
     vm.stop().await;
+    for bridge in &entry.bridges {
+        bridge.abort();
+    }
+    for socket in &vm_bridges {
+        let _ = std::fs::remove_file(socket);
+    }
     {
         let mut info = entry.info.lock().unwrap_or_else(|p| p.into_inner());
         info.running = false;
@@ -330,6 +376,20 @@ async fn watch_vm(mut vm: Vm, entry: Arc<Entry>, stop: oneshot::Receiver<String>
         info.qemu_pid = 0;
     }
     let _ = ended.send(true);
+}
+
+/// Each guest connection vhost-device-vsock hands to a bridge's host end, carried to
+/// the run's own socket (its proxy, its git gateway), as our init's bridges do for an
+/// envelope.
+async fn carry_bridge(listener: tokio::net::UnixListener, socket: PathBuf) {
+    while let Ok((mut guest, _)) = listener.accept().await {
+        let socket = socket.clone();
+        tokio::spawn(async move {
+            if let Ok(mut run) = tokio::net::UnixStream::connect(&socket).await {
+                let _ = tokio::io::copy_bidirectional(&mut guest, &mut run).await;
+            }
+        });
+    }
 }
 
 fn rand_u64() -> u64 {

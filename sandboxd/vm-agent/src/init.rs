@@ -64,6 +64,13 @@ fn set_up() -> Result<(), String> {
     for share in &settings.shares {
         mount_share(share)?;
     }
+    // The loopback, where the bridges listen; there is no other device.
+    if !settings.bridges.is_empty() {
+        let up = std::process::Command::new("/bin/ip").args(["link", "set", "lo", "up"]).status();
+        if !up.is_ok_and(|s| s.success()) {
+            return Err("cannot bring the loopback up for the bridges".into());
+        }
+    }
     Ok(())
 }
 

@@ -32,6 +32,8 @@ fn main() -> ExitCode {
 pub struct Settings {
     pub port: u32,
     pub shares: Vec<Share>,
+    /// Guest loopback ports bridged to the host's vsock ports of the same number.
+    pub bridges: Vec<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +48,12 @@ pub struct Share {
 pub fn settings(cmdline: &str) -> Result<Settings, String> {
     let mut port = DEFAULT_PORT;
     let mut shares = Vec::new();
+    let mut bridges = Vec::new();
     for word in cmdline.split_whitespace() {
+        if let Some(value) = word.strip_prefix("cc.bridge=") {
+            bridges.push(value.parse().map_err(|_| format!("cc.bridge={value} is not a port"))?);
+            continue;
+        }
         if let Some(value) = word.strip_prefix("cc.port=") {
             port = value.parse().map_err(|_| format!("cc.port={value} is not a port"))?;
         } else if let Some(value) = word.strip_prefix("cc.share=") {
@@ -61,7 +68,7 @@ pub fn settings(cmdline: &str) -> Result<Settings, String> {
             shares.push(Share { tag: tag.to_owned(), path: path.to_owned(), read_only: mode == "ro" });
         }
     }
-    Ok(Settings { port, shares })
+    Ok(Settings { port, shares, bridges })
 }
 
 #[cfg(test)]
@@ -80,8 +87,11 @@ mod tests {
                 Share { tag: "att".into(), path: "/attachments".into(), read_only: true },
             ]
         );
-        assert_eq!(settings("quiet").unwrap(), Settings { port: DEFAULT_PORT, shares: vec![] });
+        assert_eq!(settings("quiet").unwrap(), Settings { port: DEFAULT_PORT, shares: vec![], bridges: vec![] });
+        assert_eq!(settings("cc.bridge=41080 cc.bridge=41081").unwrap().bridges, vec![41080, 41081]);
         for bad in [
+            "cc.bridge=x",
+            "cc.bridge=70000",
             "cc.port=x",
             "cc.share=work",
             "cc.share=:/w:rw",

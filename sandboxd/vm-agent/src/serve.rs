@@ -45,8 +45,8 @@ impl VmAgent for Agent {
 
 pub fn run() -> ExitCode {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    let port = match crate::settings(&cmdline) {
-        Ok(settings) => settings.port,
+    let (port, bridges) = match crate::settings(&cmdline) {
+        Ok(settings) => (settings.port, settings.bridges),
         Err(e) => {
             eprintln!("cc-vm-agent: {e}");
             return ExitCode::FAILURE;
@@ -60,6 +60,12 @@ pub fn run() -> ExitCode {
         }
     };
     let served = runtime.block_on(async move {
+        for bridge in bridges {
+            let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, bridge))
+                .await
+                .map_err(|e| format!("cannot listen on 127.0.0.1:{bridge}: {e}"))?;
+            tokio::spawn(carry_bridge(listener, bridge));
+        }
         let address = tokio_vsock::VsockAddr::new(tokio_vsock::VMADDR_CID_ANY, port);
         let listener = tokio_vsock::VsockListener::bind(address)
             .map_err(|e| format!("cannot listen on vsock port {port}: {e}"))?;
@@ -76,5 +82,18 @@ pub fn run() -> ExitCode {
             eprintln!("cc-vm-agent: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Each connection to a bridged loopback port, carried to the host's vsock port of the
+/// same number (sandboxd, which passes it to the run's socket).
+async fn carry_bridge(listener: tokio::net::TcpListener, port: u16) {
+    while let Ok((mut client, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let host = tokio_vsock::VsockAddr::new(tokio_vsock::VMADDR_CID_HOST, u32::from(port));
+            if let Ok(mut upstream) = tokio_vsock::VsockStream::connect(host).await {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            }
+        });
     }
 }

@@ -116,7 +116,13 @@ impl RigManager {
     }
 
     /// Boots a rig for `conversation`, in a run of its own.
-    pub async fn start(&self, conversation: ConversationId, memory_mib: u32, cpus: u32) -> Result<Arc<Rig>, RigError> {
+    pub async fn start(
+        &self,
+        conversation: ConversationId,
+        memory_mib: u32,
+        cpus: u32,
+        network: bool,
+    ) -> Result<Arc<Rig>, RigError> {
         if !self.microvm.available {
             let why = self.microvm.line.strip_prefix("microvm=").unwrap_or(&self.microvm.line);
             return Err(RigError::Unavailable(why.to_owned()));
@@ -132,7 +138,7 @@ impl RigManager {
                 mode: cc_policy::Mode::default(),
                 adapter: "harness".into(),
                 agent_command: String::new(),
-                network: false,
+                network,
                 limits: None,
             })
             .await?;
@@ -148,7 +154,7 @@ impl RigManager {
             )));
         }
         let memory_mib = if memory_mib == 0 { 512.min(limit_mib) } else { memory_mib };
-        let started = self.start_vm(&live.run_id, memory_mib, cpus).await;
+        let started = self.start_vm(&live.run_id, memory_mib, cpus, network).await;
         let vm = match started {
             Ok(vm) => vm,
             Err(e) => {
@@ -176,15 +182,16 @@ impl RigManager {
                 "boot_ms": vm.boot_ms,
                 "accel": vm.accel,
                 "mounts": vm.mounts,
+                "network": vm.network,
             }),
         );
         Ok(rig)
     }
 
-    async fn start_vm(&self, run: &RunId, memory_mib: u32, cpus: u32) -> Result<sb::Vm, RigError> {
+    async fn start_vm(&self, run: &RunId, memory_mib: u32, cpus: u32, network: bool) -> Result<sb::Vm, RigError> {
         let channels = self.runs.channels();
         let mut sandboxd = channels.sandboxd().await.map_err(RigError::Sandboxd)?;
-        let request = sb::StartVmRequest { run_id: run.to_string(), memory_mib, cpus };
+        let request = sb::StartVmRequest { run_id: run.to_string(), memory_mib, cpus, network };
         match tokio::time::timeout(BOOT_WITHIN, sandboxd.start_vm(request)).await {
             Ok(Ok(response)) => response
                 .into_inner()

@@ -37,6 +37,7 @@ fn to_proto(rig: &Rig, vm: sb::Vm) -> pb::Rig {
         accel: vm.accel,
         mounts: vm.mounts,
         qemu_pid: vm.qemu_pid,
+        network: vm.network,
         create_time: Some(timestamp(
             rig.created.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
         )),
@@ -50,7 +51,8 @@ impl Rigs for RigsService {
         if r.conversation_id.is_empty() {
             return Err(Status::invalid_argument("a rig belongs to a conversation: give one"));
         }
-        let rig = self.manager.start(ConversationId::from_wire(r.conversation_id), r.memory_mib, r.cpus).await?;
+        let conversation = ConversationId::from_wire(r.conversation_id);
+        let rig = self.manager.start(conversation, r.memory_mib, r.cpus, r.network).await?;
         let vm = rig.vm();
         Ok(Response::new(pb::StartRigResponse { rig: Some(to_proto(&rig, vm)) }))
     }

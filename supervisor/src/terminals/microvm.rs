@@ -29,16 +29,18 @@ pub struct Spec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub size: Size,
+    /// A rig of its own: its network (see `StartRigRequest.network`).
+    pub network: bool,
 }
 
 /// Starts the terminal's rig (unless it is given one), then its command on a terminal
 /// in the guest.
 pub async fn start(rigs: &Arc<RigManager>, spec: Spec, inputs: Inputs) -> Result<(Hosted, Arc<Rig>), RigError> {
-    let Spec { conversation, rig, argv, env, size } = spec;
+    let Spec { conversation, rig, argv, env, size, network } = spec;
     let owned = rig.is_none();
     let rig = match rig {
         Some(rig) => rig,
-        None => rigs.start(conversation, 0, 0).await?,
+        None => rigs.start(conversation, 0, 0, network).await?,
     };
     let start = sb::ExecVmStart {
         vm_id: rig.vm_id.clone(),

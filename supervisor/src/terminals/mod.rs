@@ -368,22 +368,28 @@ impl TerminalManager {
                 ));
             }
         };
-        if request.cwd.is_some() || request.network {
+        if request.cwd.is_some() {
+            return Err(TerminalError::BadRequest("a microvm terminal starts in the guest's copy of the work".into()));
+        }
+        if existing.is_some() && request.network {
             return Err(TerminalError::BadRequest(
-                "a microvm terminal starts in the guest's copy of the work, and has no network".into(),
+                "a terminal in a rig has the rig's network; start the rig with it".into(),
             ));
         }
         let command = if request.command.is_empty() { microvm::default_command() } else { request.command.clone() };
         let env = request.env.clone();
-        let spec = microvm::Spec { conversation, rig: existing, argv: command.clone(), env, size: request.size };
+        let network = request.network;
+        let spec =
+            microvm::Spec { conversation, rig: existing, argv: command.clone(), env, size: request.size, network };
         let started = microvm::start(&self.rigs, spec, inputs).await;
         let (hosted, rig) = started.map_err(|e| TerminalError::Rig(e.into()))?;
         let vm = rig.vm();
         let confinement = format!(
-            "microVM {} ({}, {} MiB; the conversation's copy shared in, nothing else of the host, no network)",
+            "microVM {} ({}, {} MiB; the conversation's copy shared in, nothing else of the host; network {})",
             rig.name(),
             vm.accel,
-            vm.memory_mib
+            vm.memory_mib,
+            if vm.network { "through the run's proxy" } else { "none" }
         );
         Ok((hosted, Some(rig.run.clone()), command, confinement))
     }

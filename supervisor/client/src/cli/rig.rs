@@ -24,6 +24,9 @@ pub enum RigAction {
         /// vCPUs [default: 1]
         #[arg(long, default_value_t = 0)]
         cpus: u32,
+        /// The run's network, through its egress proxy (its allowlist and gate)
+        #[arg(long, default_value = "off", value_parser = ["on", "off"])]
+        network: String,
     },
     /// Run a command line in a rig, gated as bash is; exits with its status
     Exec {
@@ -54,6 +57,7 @@ fn rig_json(r: &pb::Rig) -> serde_json::Value {
         "accel": r.accel,
         "mounts": r.mounts,
         "qemu_pid": (r.qemu_pid != 0).then_some(r.qemu_pid),
+        "network": r.network,
     })
 }
 
@@ -80,8 +84,9 @@ fn show(rigs: &[pb::Rig], json: bool) {
 
 pub async fn rig(mut client: RigsClient<Channel>, action: RigAction, json: bool) -> anyhow::Result<()> {
     match action {
-        RigAction::Start { conversation, memory, cpus } => {
-            let request = pb::StartRigRequest { conversation_id: conversation, memory_mib: memory, cpus };
+        RigAction::Start { conversation, memory, cpus, network } => {
+            let network = network == "on";
+            let request = pb::StartRigRequest { conversation_id: conversation, memory_mib: memory, cpus, network };
             let rig = client.start_rig(request).await.map_err(rpc_error)?.into_inner().rig.unwrap_or_default();
             if json {
                 println!("{}", rig_json(&rig));
