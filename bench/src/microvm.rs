@@ -68,7 +68,12 @@ pub fn run() -> anyhow::Result<()> {
             cpus: 1,
             kvm,
             tsc_khz: cc_sandboxd::microvm::host_tsc_khz(),
-            shares: vec![Share { tag: "work".into(), source: work.clone(), guest_path: "/work".into() }],
+            shares: vec![Share {
+                tag: "work".into(),
+                source: work.clone(),
+                guest_path: "/work".into(),
+                read_only: false,
+            }],
             bridges: vec![],
         };
         let mut boots = Vec::new();

@@ -214,7 +214,12 @@ mod launcher {
             cpus: 1,
             kvm,
             tsc_khz: tsc_khz(),
-            shares: vec![Share { tag: "work".into(), source: work.clone(), guest_path: "/work".into() }],
+            shares: vec![Share {
+                tag: "work".into(),
+                source: work.clone(),
+                guest_path: "/work".into(),
+                read_only: false,
+            }],
             bridges: vec![],
         };
         let mut vm = Vm::boot(layout, &programs, Duration::from_secs(60)).await.expect("the VM boots");
@@ -276,6 +281,8 @@ fn a_rig_runs_gated_commands_in_the_conversations_copy_and_ends_clearly() {
     if !rigs_here(&f.sup) {
         return;
     }
+    let attachments = f.sup.data_dir.join("workspaces/default/attachments");
+    std::fs::write(attachments.join("notes.txt"), "attached\n").unwrap();
     let out = f.sup.ccctl(&["rig", "start", "--conversation", &f.conversation, "--memory", "256"]);
     let (name, err) = text(&out);
     assert!(out.status.success(), "{err}");
@@ -294,6 +301,14 @@ fn a_rig_runs_gated_commands_in_the_conversations_copy_and_ends_clearly() {
     assert_eq!(out.status.code(), Some(7), "{stderr}");
     assert!(stdout.starts_with("/work/demo\n"), "{stdout}");
     assert_eq!(std::fs::read_to_string(f.copy().join("made-in-rig.txt")).unwrap(), "from-rig\n");
+    // The workspace's attachments: readable, not writable (a microVM terminal, which is
+    // not gated, tries the guest root's remount too).
+    let script = "cat /attachments/notes.txt; echo x > /attachments/new.txt";
+    let out = f.sup.ccctl(&["rig", "exec", &name, "--", script]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(stdout, "attached\n", "{stderr}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+    assert!(!attachments.join("new.txt").exists());
     // The registered checkout and the data dir are not in the guest.
     let probe = format!("ls {} {} 2>&1; echo done", f.checkout.display(), f.sup.data_dir.display());
     let out = f.sup.ccctl(&["rig", "exec", &name, "--", &probe]);
@@ -344,6 +359,11 @@ async fn a_microvm_terminal_runs_a_shell_in_its_own_vm() {
         cc_tests::terminal::create(&mut client, pb::TerminalBackend::Microvm, &f.conversation, &[]).await.unwrap();
     assert!(terminal.confinement.starts_with("microVM rigs/v"), "{}", terminal.confinement);
     let mut t = cc_tests::terminal::attach(&mut client, &terminal.name).await.unwrap();
+    // The guest's root remounts the attachments read-write: the daemon's side is
+    // read-only, so the write still fails.
+    t.type_text("mount -o remount,rw /attachments; echo x > /attachments/by-root.txt; echo wrote=$?-z\n").await;
+    t.read_until("wrote=1-z", 0, Duration::from_secs(30)).await;
+    assert!(!f.sup.data_dir.join("workspaces/default/attachments/by-root.txt").exists());
     t.type_text("echo in-guest-$((6*7)); uname -r; ls /work\n").await;
     let at = t.read_until("in-guest-42", 0, Duration::from_secs(30)).await;
     t.read_until("demo", at, Duration::from_secs(30)).await;

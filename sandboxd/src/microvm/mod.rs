@@ -90,10 +90,15 @@ fn spawn(
     what: &'static str,
     log: Option<&Path>,
     user: Option<cc_host::ServiceUser>,
+    share: Option<&Path>,
 ) -> Result<Child, VmError> {
     use std::os::unix::process::CommandExt;
     let mut command = std::process::Command::new(program);
     command.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // A share's path reaches the wrapper's script as a variable, never in its text.
+    if let Some(share) = share {
+        command.env("CC_SHARE", share);
+    }
     if let Some(user) = user {
         command.uid(user.uid).gid(user.gid);
     }
@@ -145,20 +150,20 @@ impl Vm {
         let user = programs.user;
         let mut daemons = Vec::new();
         let vsock_args = qemu::vsock_args(&layout);
-        let mut vsock = spawn(&programs.vhost_device_vsock, &vsock_args, "vhost-device-vsock", None, user)?;
+        let mut vsock = spawn(&programs.vhost_device_vsock, &vsock_args, "vhost-device-vsock", None, user, None)?;
         listening(&layout.vhost_vsock_socket(), &mut vsock, "vhost-device-vsock").await?;
         daemons.push(vsock);
         for share in &layout.shares {
             let log = layout.dir.join(format!("virtiofsd-{}.log", share.tag));
-            let mut args = qemu::unshare_args(&programs.virtiofsd);
+            let mut args = qemu::unshare_args(&programs.virtiofsd, share);
             args.extend(qemu::virtiofsd_args(&layout, share));
-            let mut fs = spawn(&programs.unshare, &args, "virtiofsd", Some(&log), user)?;
+            let mut fs = spawn(&programs.unshare, &args, "virtiofsd", Some(&log), user, Some(&share.source))?;
             listening(&layout.share_socket(share), &mut fs, "virtiofsd").await?;
             daemons.push(fs);
         }
         let started = Instant::now();
         let log = layout.dir.join("qemu.log");
-        let mut qemu = spawn(&programs.qemu, &qemu::qemu_args(&layout), "qemu", Some(&log), user)?;
+        let mut qemu = spawn(&programs.qemu, &qemu::qemu_args(&layout), "qemu", Some(&log), user, None)?;
         let until = started + ready_within;
         // Tried again and again while the guest boots, each try short, the pause
         // between them growing: a connection the guest is not yet there to accept is

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// The guest's vsock port its agent serves on.
 pub const AGENT_PORT: u32 = 1024;
 
-/// One directory shared into the guest, read-write.
+/// One directory shared into the guest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Share {
     /// virtio-fs tag, also the socket's name.
@@ -17,6 +17,9 @@ pub struct Share {
     pub source: PathBuf,
     /// Where the guest mounts it (absolute).
     pub guest_path: String,
+    /// Read-only on the host's side (its daemon serves a read-only mount of it), not
+    /// only in the guest's mount, which the guest's root could remount.
+    pub read_only: bool,
 }
 
 /// Everything a VM's command lines are made of.
@@ -84,7 +87,8 @@ pub fn kernel_command_line(layout: &Layout) -> String {
     }
     line.push_str(&format!(" cc.port={AGENT_PORT}"));
     for share in &layout.shares {
-        line.push_str(&format!(" cc.share={}:{}:rw", share.tag, share.guest_path));
+        let mode = if share.read_only { "ro" } else { "rw" };
+        line.push_str(&format!(" cc.share={}:{}:{mode}", share.tag, share.guest_path));
     }
     for port in &layout.bridges {
         line.push_str(&format!(" cc.bridge={port}"));
@@ -143,13 +147,20 @@ pub fn vsock_args(layout: &Layout) -> Vec<OsString> {
 /// unshare's arguments before virtiofsd's own: a user namespace in which the daemon's
 /// user is root (so that it may make its own mount and pid namespaces), a pid
 /// namespace it leads, the daemon killed with unshare, and a /run of its own (it keeps
-/// a pid file there, which the service user may not write on the host).
-pub fn unshare_args(virtiofsd: &Path) -> Vec<OsString> {
+/// a pid file there, which the service user may not write on the host). A read-only
+/// share is first bound onto itself read-only in that mount namespace, so that the
+/// daemon itself cannot write it, whatever the guest asks.
+pub fn unshare_args(virtiofsd: &Path, share: &Share) -> Vec<OsString> {
     let mut args: Vec<OsString> =
         ["--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c"]
             .map(os)
             .into();
-    args.push(os(r#"mount -t tmpfs -o mode=0700 cc-virtiofsd /run && exec "$0" "$@""#));
+    let read_only = r#"mount --bind "$CC_SHARE" "$CC_SHARE" && mount -o remount,bind,ro "$CC_SHARE" && "#;
+    let script = format!(
+        r#"{}mount -t tmpfs -o mode=0700 cc-virtiofsd /run && exec "$0" "$@""#,
+        if share.read_only { read_only } else { "" }
+    );
+    args.push(os(script));
     args.push(virtiofsd.as_os_str().to_owned());
     args
 }
@@ -177,7 +188,12 @@ mod tests {
             cpus: 1,
             kvm: false,
             tsc_khz: Some(2_600_000),
-            shares: vec![Share { tag: "work".into(), source: "/data/c/repos".into(), guest_path: "/work".into() }],
+            shares: vec![Share {
+                tag: "work".into(),
+                source: "/data/c/repos".into(),
+                guest_path: "/work".into(),
+                read_only: false,
+            }],
             bridges: vec![],
         }
     }
@@ -226,5 +242,11 @@ mod tests {
             joined(&virtiofsd_args(&l, &l.shares[0])),
             "--socket-path=/data/vms/v1/fs-work.sock -o source=/data/c/repos -o cache=none"
         );
+        let rw = joined(&unshare_args(Path::new("/usr/lib/qemu/virtiofsd"), &l.shares[0]));
+        assert!(!rw.contains("remount,bind,ro") && rw.ends_with("/usr/lib/qemu/virtiofsd"), "{rw}");
+        let ro = Share { read_only: true, ..l.shares[0].clone() };
+        assert!(joined(&unshare_args(Path::new("/v"), &ro)).contains(r#"mount -o remount,bind,ro "$CC_SHARE""#));
+        let ro_layout = Layout { shares: vec![ro], ..l };
+        assert!(kernel_command_line(&ro_layout).ends_with("cc.share=work:/work:ro"));
     }
 }

@@ -31,6 +31,7 @@ const MAX_VMS: usize = 16;
 /// Where a run's directories appear in its guest.
 pub const GUEST_REPOS: &str = "/work";
 pub const GUEST_HOME: &str = "/home/agent";
+pub const GUEST_ATTACHMENTS: &str = "/attachments";
 
 /// The guest path of a host path inside one of the shares, if it is inside one.
 pub fn guest_path(host: &Path, shares: &[Share]) -> Option<String> {
@@ -41,14 +42,24 @@ pub fn guest_path(host: &Path, shares: &[Share]) -> Option<String> {
     })
 }
 
-/// The shares of a run's VM: its repos at /work, its agent work dir at /home/agent.
+/// The shares of a run's VM: its repos at /work and its agent work dir at /home/agent,
+/// read-write; the workspace's attachments at /attachments, read-only.
 pub fn shares(policy: &RunPolicy) -> Vec<Share> {
+    let share = |tag: &str, source: &PathBuf, guest_path: &str, read_only| Share {
+        tag: tag.into(),
+        source: source.clone(),
+        guest_path: guest_path.into(),
+        read_only,
+    };
     let mut shares = Vec::new();
     if let Some(repos) = &policy.repos {
-        shares.push(Share { tag: "repos".into(), source: repos.clone(), guest_path: GUEST_REPOS.into() });
+        shares.push(share("repos", repos, GUEST_REPOS, false));
     }
     if let Some(home) = &policy.agent_work {
-        shares.push(Share { tag: "home".into(), source: home.clone(), guest_path: GUEST_HOME.into() });
+        shares.push(share("home", home, GUEST_HOME, false));
+    }
+    if let Some(attachments) = &policy.attachments {
+        shares.push(share("attachments", attachments, GUEST_ATTACHMENTS, true));
     }
     shares
 }
@@ -405,8 +416,13 @@ mod tests {
     #[test]
     fn host_paths_map_into_the_guest_only_inside_a_share() {
         let shares = vec![
-            Share { tag: "repos".into(), source: "/d/c1/repos".into(), guest_path: "/work".into() },
-            Share { tag: "home".into(), source: "/d/c1/agents/default/work".into(), guest_path: "/home/agent".into() },
+            Share { tag: "repos".into(), source: "/d/c1/repos".into(), guest_path: "/work".into(), read_only: false },
+            Share {
+                tag: "home".into(),
+                source: "/d/c1/agents/default/work".into(),
+                guest_path: "/home/agent".into(),
+                read_only: false,
+            },
         ];
         assert_eq!(guest_path(Path::new("/d/c1/repos/demo"), &shares).as_deref(), Some("/work/demo"));
         assert_eq!(guest_path(Path::new("/d/c1/repos"), &shares).as_deref(), Some("/work"));
