@@ -186,7 +186,10 @@ impl VmHost {
             let path = layout.bridge_socket(*port);
             let listener = tokio::net::UnixListener::bind(&path).map_err(LaunchError::CannotStart)?;
             if let Some(user) = programs.user {
-                std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid)).map_err(LaunchError::CannotStart)?;
+                // The VM's directory is the service user's, who could swap the socket for a
+                // symlink between bind and chown: never follow one. (fchown on the listener
+                // would change the socket's sockfs inode, not the name QEMU connects to.)
+                std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid)).map_err(LaunchError::CannotStart)?;
             }
             bridges.push(tokio::spawn(carry_bridge(listener, socket.clone())).abort_handle());
         }
