@@ -30,8 +30,8 @@ pub struct DataDir {
 }
 
 impl DataDir {
-    /// `explicit`, or `$XDG_DATA_HOME/control-center`, or `~/.local/share/control-center`,
-    /// made absolute (helpers and sockets must not depend on our working directory).
+    /// `explicit`, or as root [`ROOT_DATA_DIR`], or `$XDG_DATA_HOME/control-center`, or
+    /// `~/.local/share/control-center`, made absolute (helpers and sockets must not depend on our working directory).
     pub fn locate(explicit: Option<&Path>) -> Result<Self, DataDirError> {
         let root = match explicit {
             Some(p) => p.to_owned(),
@@ -112,7 +112,15 @@ impl DataDir {
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 
+/// root's data directory, whatever HOME says: runs execute as the service user, which
+/// cannot enter /root, and the system unit (and the Debian package) use it too, so that
+/// `sudo ccctl status` finds the service.
+pub const ROOT_DATA_DIR: &str = "/var/lib/control-center";
+
 fn default_root() -> Option<PathBuf> {
+    if nix::unistd::geteuid().is_root() {
+        return Some(PathBuf::from(ROOT_DATA_DIR));
+    }
     let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     let base = nonempty("XDG_DATA_HOME").or_else(|| nonempty("HOME").map(|h| h.join(".local/share")))?;
     Some(base.join("control-center"))

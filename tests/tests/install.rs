@@ -21,7 +21,12 @@ fn user_unit_is_written_with_the_real_binary_path() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let unit_path = home.path().join(".config/systemd/user/cc-supervisor.service");
     let unit = std::fs::read_to_string(&unit_path).unwrap();
-    let data_dir = home.path().join(".local/share/control-center");
+    // root's is /var/lib/control-center, whatever HOME says (runs cannot enter /root).
+    let data_dir = if nix::unistd::geteuid().is_root() {
+        std::path::PathBuf::from("/var/lib/control-center")
+    } else {
+        home.path().join(".local/share/control-center")
+    };
     let exec =
         format!("ExecStart={} --data-dir {} --log-format json", bin("cc-supervisor").display(), data_dir.display());
     assert!(unit.lines().any(|l| l == exec), "{unit}");

@@ -24,9 +24,6 @@ use cc_proto::reasons;
 
 /// How long an embedded supervisor may take until every helper serves.
 const EMBEDDED_START: Duration = Duration::from_secs(30);
-/// Where root's supervisor keeps its data (as the systemd unit does): runs execute as
-/// the service user, which cannot enter /root.
-const ROOT_DATA_DIR: &str = "/var/lib/control-center";
 /// Exit status when Ctrl-C stopped the command (as a shell reports SIGINT).
 const EXIT_INTERRUPTED: u8 = 130;
 
@@ -83,7 +80,7 @@ fn device(path: &Path) -> Option<u64> {
 /// A data dir on the repository's volume, so that reflink copies can work: the default
 /// one when it is there, else `.control-center-<uid>` at the top of that volume.
 fn data_dir_for(repo: &Path) -> anyhow::Result<DataDir> {
-    let default = default_data_dir()?;
+    let default = DataDir::locate(None)?;
     let repo_dev = device(repo);
     if device(default.root()) == repo_dev {
         return Ok(default);
@@ -91,14 +88,6 @@ fn data_dir_for(repo: &Path) -> anyhow::Result<DataDir> {
     let top = repo.ancestors().take_while(|p| device(p) == repo_dev).last().unwrap_or(repo);
     let uid = nix::unistd::geteuid().as_raw();
     Ok(DataDir::locate(Some(&top.join(format!(".control-center-{uid}"))))?)
-}
-
-fn default_data_dir() -> anyhow::Result<DataDir> {
-    if nix::unistd::geteuid().is_root() {
-        Ok(DataDir::locate(Some(Path::new(ROOT_DATA_DIR)))?)
-    } else {
-        Ok(DataDir::locate(None)?)
-    }
 }
 
 /// A supervisor started for this command: it stops when we stop it, or when we die.
@@ -258,7 +247,7 @@ pub async fn exec(args: ExecArgs, socket: Option<PathBuf>, data: Option<DataDir>
     let data = match data {
         Some(d) => d,
         None if socket.is_some() => DataDir::locate(None)?,
-        None => match default_data_dir() {
+        None => match DataDir::locate(None) {
             // The running supervisor, when there is one at the default place.
             Ok(d) if std::os::unix::net::UnixStream::connect(d.api_socket()).is_ok() => d,
             _ => data_dir_for(&repo)?,
