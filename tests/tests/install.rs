@@ -62,6 +62,7 @@ fn usage_errors_exit_non_zero() {
         &["install"][..],
         &["install", "--user"],
         &["install", "--systemd", "--launchd"],
+        &["install", "--launchd", "--user"],
         &["frobnicate"],
         &["events", "--since", "-1"],
     ] {

@@ -6,6 +6,7 @@
 //! [`runs::EXIT_DENIED`].
 
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -101,7 +102,14 @@ impl Embedded {
         let exe = std::env::current_exe().context("cannot tell where ccctl is")?;
         let program = exe.with_file_name("cc-supervisor");
         let log_path = data.root().join("exec-supervisor.log");
-        let log = std::fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+        // Only ours to read: the data directory is searchable by the service user.
+        let log = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
         let child = tokio::process::Command::new(&program)
             .arg("--data-dir")
             .arg(data.root())

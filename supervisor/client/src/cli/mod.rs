@@ -33,7 +33,7 @@ pub struct Cli {
     /// The supervisor's API socket [default: $DATA/sock/api.sock]
     #[arg(long, global = true, env = "CC_SOCKET")]
     socket: Option<PathBuf>,
-    /// The data directory [default: $XDG_DATA_HOME/control-center]
+    /// The data directory [default: /var/lib/control-center as root, else $XDG_DATA_HOME/control-center]
     #[arg(long, global = true, env = "CC_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Print machine-readable JSON instead of text
@@ -132,6 +132,11 @@ enum Command {
     Diagnose {
         /// A live run to probe
         run: Option<String>,
+    },
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell) on stdout
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
     },
 }
 
@@ -284,8 +289,45 @@ struct InstallArgs {
     dry_run: bool,
 }
 
+/// ccctl's command line as clap sees it: for completions and the man pages.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+fn print_completions(shell: clap_complete::Shell) {
+    // Made whole first: clap_complete panics on a failed write.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command(), "ccctl", &mut script);
+    print!("{}", String::from_utf8_lossy(&script));
+}
+
+/// The status a shell reports for a process killed by SIGPIPE.
+const EXIT_BROKEN_PIPE: i32 = 141;
+
+/// `ccctl … | head`: when the reader goes away, end quietly as `cat` would, not with a
+/// panic and a backtrace. Rust ignores SIGPIPE (restoring its default would also kill us
+/// on a write to a closed gRPC socket), so `println!` panics on EPIPE instead; this hook
+/// turns exactly that panic into the shell's SIGPIPE status and leaves every other to
+/// the default hook.
+fn end_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(EXIT_BROKEN_PIPE);
+        }
+        default(info);
+    }));
+}
+
 /// Runs ccctl with the process's arguments.
 pub fn main() -> ExitCode {
+    end_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -300,6 +342,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Needs no data directory, no supervisor and no runtime: it works before set-up.
+    if let Command::Completions { shell } = cli.command {
+        print_completions(shell);
+        return ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(anyhow!("cannot start the async runtime: {e}")),
@@ -508,6 +555,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Diagnose { run } => diagnose::diagnose(connect(&socket, &data).await?, run, cli.json).await?,
+        Command::Completions { shell } => print_completions(shell),
         Command::Adapters => {
             let mut client = connect(&socket, &data).await?;
             let matrix =
@@ -698,7 +746,8 @@ fn install_unit(args: &InstallArgs, data: &DataDir, explicit_data_dir: bool, jso
     let target = match (args.systemd, args.user) {
         (true, false) => Target::SystemdSystem,
         (true, true) => Target::SystemdUser,
-        _ => Target::Launchd,
+        (false, true) => anyhow::bail!("--user goes with --systemd (a launchd agent is always the user's)"),
+        (false, false) => Target::Launchd,
     };
     let exe = std::env::current_exe().context("cannot tell where ccctl is")?;
     let supervisor = exe.with_file_name("cc-supervisor");
@@ -706,7 +755,7 @@ fn install_unit(args: &InstallArgs, data: &DataDir, explicit_data_dir: bool, jso
         return Err(install::InstallError::MissingSupervisor(supervisor).into());
     }
     let data_dir = match target {
-        Target::SystemdSystem if !explicit_data_dir => PathBuf::from("/var/lib/control-center"),
+        Target::SystemdSystem if !explicit_data_dir => PathBuf::from(cc_proto::paths::ROOT_DATA_DIR),
         Target::SystemdSystem => data.root().to_owned(),
         Target::SystemdUser | Target::Launchd => data.root().to_owned(),
     };
