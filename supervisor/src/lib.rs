@@ -9,6 +9,7 @@ pub mod adapters;
 pub mod api;
 pub mod backoff;
 pub mod channels;
+pub mod cli;
 pub mod config;
 pub mod conversations;
 pub mod convert;

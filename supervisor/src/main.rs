@@ -1,39 +1,12 @@
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cc_host::probe::SandboxChoice;
 use cc_proto::helper::Shutdown;
-use cc_proto::logging::{self, LogFormat};
+use cc_proto::logging;
+use cc_supervisor::cli::Args;
 use cc_supervisor::daemon::{self, DaemonOptions};
 use clap::Parser;
-
-/// The Control Center supervisor: spawns and supervises cc-sandboxd, cc-broker and
-/// cc-gateway, and serves the client API on $DATA/sock/api.sock.
-#[derive(Parser)]
-#[command(name = "cc-supervisor", version)]
-struct Args {
-    /// Data directory [default: $XDG_DATA_HOME/control-center]
-    #[arg(long, env = "CC_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// Configuration file [default: $DATA/config.toml when it exists]
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// OS sandbox backend: auto (native when the probe passes), native (or refuse to start), off
-    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(SandboxChoice))]
-    sandbox: SandboxChoice,
-    /// Log format on stderr: text or json
-    #[arg(long, default_value = "text", value_parser = clap::value_parser!(LogFormat))]
-    log_format: LogFormat,
-    /// Directory holding cc-sandboxd, cc-broker and cc-gateway [default: next to this binary]
-    #[arg(long)]
-    helper_dir: Option<PathBuf>,
-    /// Stop (as on SIGTERM) when the process that started us exits: `ccctl exec`'s
-    /// embedded supervisor never outlives it.
-    #[arg(long, hide = true)]
-    exit_with_parent: bool,
-}
 
 fn main() -> ExitCode {
     // Before anything of ours is open: what our parent leaked stays with it.
