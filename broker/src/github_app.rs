@@ -17,6 +17,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const API_VERSION: &str = "2022-11-28";
 
 #[derive(Debug, Clone, serde::Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct GitHubAppConfig {
     pub app_id: String,
     pub installation_id: u64,

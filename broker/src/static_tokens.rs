@@ -6,6 +6,8 @@ use crate::credentials::{Issued, ProviderError, Scope};
 use crate::secret::Secret;
 
 #[derive(Debug, Clone, serde::Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct StaticToken {
     pub token: String,
     pub repositories: Vec<String>,
