@@ -1,0 +1,45 @@
+# Sourced before each guide's runnable blocks (see tests/tests/docs.rs and docs/README.md).
+# It gives the guide what a reader of it already has: the binaries on PATH, a home with
+# one git checkout in it (~/src/webapp), and a supervisor running on its own data
+# directory (CC_DATA_DIR, which ccctl and cc-supervisor both read). Everything lives in
+# one temporary directory that the EXIT trap removes, after stopping that supervisor.
+set -euo pipefail
+
+: "${CC_DOCS_BIN:?set CC_DOCS_BIN to the directory holding ccctl and cc-supervisor}"
+export PATH="$CC_DOCS_BIN:$PATH"
+
+DOCS_TMP=$(mktemp -d)
+# Traversable by the service user, like a real home directory.
+chmod 711 "$DOCS_TMP"
+export HOME="$DOCS_TMP/home" CC_DATA_DIR="$DOCS_TMP/data"
+mkdir -p "$HOME/src" && chmod 711 "$HOME" "$HOME/src"
+export GIT_AUTHOR_NAME=Reader GIT_AUTHOR_EMAIL=reader@localhost
+export GIT_COMMITTER_NAME=Reader GIT_COMMITTER_EMAIL=reader@localhost
+
+docs_supervisor_pid=
+docs_cleanup() {
+    if [ -n "$docs_supervisor_pid" ]; then
+        kill "$docs_supervisor_pid" 2>/dev/null || true
+        wait "$docs_supervisor_pid" 2>/dev/null || true
+    fi
+    rm -rf "$DOCS_TMP"
+}
+trap docs_cleanup EXIT
+
+# A small project to work on.
+git init -q -b main "$HOME/src/webapp"
+(
+    cd "$HOME/src/webapp"
+    printf '# webapp\n' > README.md
+    mkdir -p src && printf 'def greet(name):\n    return "hello " + name\n' > src/app.py
+    git add . && git commit -qm "first commit"
+)
+
+# The service, as the install guide leaves it (a guide that installs its own sets
+# CC_DOCS_NO_SUPERVISOR=1).
+if [ -z "${CC_DOCS_NO_SUPERVISOR:-}" ]; then
+    cc-supervisor --log-format json 2> "$DOCS_TMP/supervisor.log" &
+    docs_supervisor_pid=$!
+    ccctl status --wait 30 > /dev/null
+fi
+cd "$HOME"
