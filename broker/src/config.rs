@@ -24,6 +24,7 @@ use crate::github_app::{GitHubApp, GitHubAppConfig};
 use crate::static_tokens::{StaticToken, StaticTokens};
 
 #[derive(Debug, Clone, Default, serde::Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CredentialsConfig {
     pub provider: Option<String>,

@@ -15,6 +15,7 @@ use crate::secret::Secret;
 const MAX_KEY_BYTES: u64 = 4096;
 
 #[derive(Debug, Clone, serde::Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ModelKeyConfig {
     /// Relative to the data directory.

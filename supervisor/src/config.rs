@@ -78,6 +78,7 @@ pub enum ConfigError {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -116,6 +117,19 @@ pub struct CredentialsTable(pub toml::Table);
 // A table of configuration is compared as a whole; no NaN is ever in one.
 impl Eq for CredentialsTable {}
 
+/// Its keys are cc-broker's (`cc_broker::config::CredentialsConfig`): the docs check
+/// reads them from there.
+#[cfg(feature = "config-schema")]
+impl schemars::JsonSchema for CredentialsTable {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CredentialsTable".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "object", "x-keys-from": "cc_broker::config::CredentialsConfig" })
+    }
+}
+
 impl CredentialsTable {
     pub fn to_toml(&self) -> String {
         toml::to_string(&self.0).unwrap_or_default()
@@ -123,6 +137,7 @@ impl CredentialsTable {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct RunsConfig {
     pub bash_timeout_seconds: u32,
@@ -140,6 +155,7 @@ pub struct RunsConfig {
 
 /// The claude-code adapter (`[runs.claude_code]`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct ClaudeCodeConfig {
     /// The `claude` CLI, as the envelope finds it: a name on the envelope's PATH or an
@@ -188,6 +204,7 @@ impl Default for RunsConfig {
 /// Every run's limits unless its start overrides them. The defaults leave a 2-core,
 /// 8 GiB laptop standing with a few runs at their limits at once.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub pids_max: u64,
@@ -214,6 +231,7 @@ impl Default for LimitsConfig {
 /// How long the supervisor waits for its helpers: no call between processes waits
 /// without a deadline.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Deadlines {
     pub helper_call_ms: u64,
@@ -272,6 +290,7 @@ impl Deadlines {
 
 /// The hosted terminals (`ccctl terminal`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct TerminalsConfig {
     /// A terminal no client has been attached to for this long is ended; 0: never.
@@ -292,6 +311,7 @@ impl Default for TerminalsConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct GateConfig {
     pub rules: Option<PathBuf>,
@@ -312,6 +332,7 @@ impl GateConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct RestartPolicy {
     pub initial_backoff_ms: u64,
@@ -356,6 +377,7 @@ impl RestartPolicy {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HelperConfig {
     pub program: Option<PathBuf>,
@@ -364,6 +386,7 @@ pub struct HelperConfig {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SandboxConfig {
     pub bwrap: Option<PathBuf>,
@@ -373,6 +396,7 @@ pub struct SandboxConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// GitHub's git host, where runs' fetches and pushes go (a stand-in in tests).
@@ -381,6 +405,7 @@ pub struct GatewayConfig {
 
 /// `[egress]`: the configuration's part of every run's network allowlist.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct EgressConfig {
     /// How long a proxy's client may take to send its whole request (a slow client's

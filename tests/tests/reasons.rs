@@ -1,5 +1,5 @@
 //! Every refusal a client must tell apart carries a `google.rpc.ErrorInfo` with domain
-//! `cc.dev` and a stable reason (README, "Error reasons"). Each is triggered here the
+//! `cc.dev` and a stable reason (docs/reference/api.md, "Error reasons"). Each is triggered here the
 //! way a client would meet it, and read back from the status details, never from the
 //! message. (LINK_IN_ROOT is met in `envelopes/links.rs`, REFLINK_UNSUPPORTED on the
 //! tests' own ext4 in `worktrees.rs`.)
@@ -178,10 +178,10 @@ async fn a_call_that_needs_a_helper_that_is_down_says_which() {
 }
 
 #[test]
-fn every_reason_is_upper_snake_and_listed_in_the_readme() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+fn every_reason_is_upper_snake_and_listed_in_the_api_reference() {
+    let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/api.md")).unwrap();
     for reason in reasons::ALL {
         assert!(reason.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'), "{reason}");
-        assert!(readme.contains(&format!("`{reason}`")), "{reason} is not in the README's list");
+        assert!(reference.contains(&format!("`{reason}`")), "{reason} is not in docs/reference/api.md's list");
     }
 }
