@@ -124,3 +124,37 @@ fn wait_killing_group(child: &mut std::process::Child, limit: Duration) -> std::
     assert!(!killed, "a guide ran longer than {limit:?} and was killed");
     status
 }
+
+#[test]
+fn every_relative_link_in_the_docs_and_the_readme_leads_somewhere() {
+    let mut pages = vec![repository().join("README.md")];
+    let mut dirs = vec![repository().join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("docs dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("page");
+        for (index, line) in text.lines().enumerate() {
+            for link in line.split("](").skip(1) {
+                let Some(target) = link.split(')').next() else { continue };
+                let target = target.split('#').next().unwrap_or("").trim();
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                if !page.parent().expect("dir").join(target).exists() {
+                    let shown = page.strip_prefix(repository()).unwrap_or(page).display().to_string();
+                    broken.push(format!("{shown}:{}: {target}", index + 1));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to nothing:\n{}", broken.join("\n"));
+}
