@@ -154,6 +154,7 @@ fn run_door(r: pb::RegisterRunRequest) -> Result<RunDoor, Status> {
         repositories,
         git_dirs,
         egress,
+        model_key: r.model_key,
     })
 }
 

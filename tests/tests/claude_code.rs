@@ -425,3 +425,49 @@ fn on_a_host_without_a_backend_claude_code_still_asks_its_hook_and_reaches_its_m
     assert!(!results[1].1, "{results:?}");
     assert_eq!(std::fs::read_to_string(w.f.copy().join("u.txt")).unwrap(), "unwrapped\n");
 }
+
+#[test]
+fn only_a_claude_code_run_is_handed_the_model_key_whatever_speaks_to_its_agent_socket() {
+    let w = world(vec![], "");
+    // A harness run of the same conversation, its network on like the agent's: its
+    // processes can reach its own agent socket as well as Claude Code's hook can.
+    let out = w.f.sup.ccctl(&["run", "start", "--conversation", &w.f.conversation, "--network", "on"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let harness = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    // As the run's own processes ask: as its user (the service user, as root), with
+    // the same cc-hook Claude Code's apiKeyHelper runs.
+    std::fs::set_permissions(w.f.tmp.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let ask = |run: &str| {
+        let socket = w.f.sup.data_dir.join("gateway/runs").join(run).join("agent.sock");
+        // The door opens as the run starts, beside its runner.
+        eventually(Duration::from_secs(10), "the run's agent socket", || socket.exists());
+        let mut command = Command::new(bin("cc-hook"));
+        command.arg("--agent").arg(format!("unix:{}", socket.display())).arg("--api-key");
+        if nix::unistd::geteuid().is_root() {
+            use std::os::unix::process::CommandExt;
+            command.uid(65534).gid(65534);
+        }
+        command.output().unwrap()
+    };
+    let claude = ask(&w.run);
+    assert!(claude.status.success(), "{}", String::from_utf8_lossy(&claude.stderr));
+    assert_eq!(String::from_utf8_lossy(&claude.stdout).trim(), "sk-scripted-key");
+    let other = ask(&harness);
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(!other.status.success(), "a harness run was handed the model key: {}", stdout(&other));
+    assert!(stderr.contains("not Claude Code"), "{stderr}");
+    assert!(other.stdout.is_empty(), "{}", stdout(&other));
+
+    // kill -9 of the gateway: the new one is told each run again, who may have the key
+    // with it, and answers both the same way.
+    let gateway = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(10), "a new gateway has been told the live runs", || {
+        w.f.sup.helper_pids().into_iter().any(|(n, pid)| n == "gateway" && pid != gateway)
+            && w.events().contains("git_gateway_synced")
+    });
+    let claude = ask(&w.run);
+    assert_eq!(String::from_utf8_lossy(&claude.stdout).trim(), "sk-scripted-key", "{}", stdout(&claude));
+    let other = ask(&harness);
+    assert!(!other.status.success() && other.stdout.is_empty(), "after a restart: {}", stdout(&other));
+}

@@ -71,6 +71,8 @@ pub struct RunDoor {
     pub repositories: Vec<Repository>,
     pub git_dirs: Vec<PathBuf>,
     pub egress: EgressConfig,
+    /// Whether its agent may be handed the model API key (Claude Code's adapters).
+    pub model_key: bool,
 }
 
 impl RunDoor {
