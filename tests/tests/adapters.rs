@@ -59,7 +59,24 @@ fn without_a_sandbox_backend_no_adapter_claims_an_envelope() {
 fn diagnose_probes_a_run_inside_its_envelope_and_says_how_to_verify_each_check() {
     let f = cc_tests::runs::fixture(None);
     let run = f.start_run("chat");
+    // Without an approver the gate refuses the network probe: that is no pass.
     let out = f.sup.ccctl(&["--json", "diagnose", &run]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let network = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "the network goes through the run's proxy and its allowlist")
+        .unwrap();
+    assert_eq!(network["ok"], false, "{network}");
+    assert!(network["found"].as_str().unwrap().starts_with("not checked"), "{network}");
+
+    // With one, the probe reaches the run's proxy and every check passes.
+    let (mut approver, _its_output) = f.sup.approver("diagnose", &["--answer", "allow"]);
+    let out = f.sup.ccctl(&["--json", "diagnose", &run]);
+    let _ = approver.kill();
+    let _ = approver.wait();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(out.status.success(), "{report}");
     let checks = report["checks"].as_array().unwrap();

@@ -161,7 +161,14 @@ pub async fn diagnose(mut client: Client, run: Option<String>, json: bool) -> an
         let allowlist: Vec<String> = policy.network_allowlist.iter().map(|e| e.entry.clone()).collect();
         let net_command = "curl -s -o /dev/null -w '%{http_code}' -m 10 http://cc-diagnose.invalid/";
         let (ok, found) = match probe(&mut client, run_id, net_command).await {
-            Err(refused) => (true, format!("refused before it ran: {}", gist(&refused))),
+            // The proxy was never reached: nothing was checked, so it is no pass.
+            Err(refused) => (
+                false,
+                format!(
+                    "not checked: the gate refused the probe before it ran ({}); keep `ccctl approvals watch` running, or allow curl by a rule, and diagnose again",
+                    gist(&refused)
+                ),
+            ),
             Ok((_, out)) => {
                 let code = out.trim();
                 let state = if r.network { "on" } else { "off" };
