@@ -17,7 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::fcntl::{OFlag, openat};
-use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
 use nix::unistd::{Gid, Uid, fchown};
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
@@ -88,6 +88,10 @@ pub fn create_file(dir: &OwnedFd, name: &str, contents: &[u8]) -> bool {
     let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let Ok(fd) = openat(dir, name, flags, Mode::from_bits_truncate(0o644)) else { return false };
     give_to_owner_of(dir, &fd);
+    // The mode asked for, whatever the umask (the supervisor's is 077): others read it.
+    if fchmod(&fd, Mode::from_bits_truncate(0o644)).is_err() {
+        return false;
+    }
     let mut file = std::fs::File::from(fd);
     std::io::Write::write_all(&mut file, contents).is_ok()
 }
@@ -101,6 +105,7 @@ pub fn create_dir(dir: &OwnedFd, name: &str) -> bool {
     // Through its own handle: if it was swapped for a link since, nothing is changed.
     if let Ok(made) = child_dir(dir, OsStr::new(name)) {
         give_to_owner_of(dir, &made);
+        let _ = fchmod(&made, Mode::from_bits_truncate(0o755));
     }
     true
 }

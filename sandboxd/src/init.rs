@@ -58,8 +58,13 @@ fn fail(message: String) -> ExitCode {
 /// The rlimits everything in the envelope inherits, soft and hard alike, so that no
 /// process inside can raise them again: no core files (a core holds the memory of
 /// whatever crashed, secrets included), and at most `nofile` open files.
+///
+/// And the umask a developer's shell has (022), whatever the supervisor's (077, as its
+/// unit's): what the agent makes is private by where it is (the conversation's directory
+/// is the service user's alone), and tools that expect 022 behave as they do elsewhere.
 fn set_limits(nofile: Option<u64>) -> nix::Result<()> {
     use nix::sys::resource::{Resource, setrlimit};
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
     if let Some(n) = nofile {
         setrlimit(Resource::RLIMIT_NOFILE, n, n)?;

@@ -98,12 +98,31 @@ impl Conversations {
         Self { data, store, events }
     }
 
+    /// `workspaces/<ws>/attachments`, made if missing, which runs (the service user, as
+    /// root) read through their envelopes: the modes are set, not left to the umask,
+    /// which is 077 (the supervisor's own, as the systemd unit's).
+    pub fn make_attachments_dir(&self, workspace: &str) -> Result<PathBuf, ConversationError> {
+        use std::os::unix::fs::PermissionsExt;
+        let attachments = self.data.attachments_dir(workspace);
+        fs::create_dir_all(&attachments).map_err(io_err("create", &attachments))?;
+        let mode = |path: &Path, mode: u32| {
+            fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err("set the mode of", path))
+        };
+        if let Some(workspace_dir) = attachments.parent() {
+            if let Some(workspaces) = workspace_dir.parent() {
+                mode(workspaces, 0o711)?;
+            }
+            mode(workspace_dir, 0o711)?;
+        }
+        mode(&attachments, 0o755)?;
+        Ok(attachments)
+    }
+
     pub fn create_workspace(&self, name: &str) -> Result<Workspace, ConversationError> {
         names::check("workspace", name).map_err(ConversationError::InvalidName)?;
-        let attachments = self.data.attachments_dir(name);
         // The directory first (creating it again is harmless), so that a failure never
         // leaves a workspace row without its directory.
-        fs::create_dir_all(&attachments).map_err(io_err("create", &attachments))?;
+        self.make_attachments_dir(name)?;
         let workspace = self.store.create_workspace(name, now())?;
         self.events.record("workspace_created", &format!("workspace:{name}"), json!({}));
         Ok(workspace)

@@ -98,6 +98,8 @@ pub enum StartError {
     Serve(#[from] tonic::transport::Error),
     #[error("cannot set up the client API: {0}")]
     Api(String),
+    #[error("cannot make the attachments directory: {0}")]
+    Attachments(#[from] crate::conversations::ConversationError),
 }
 
 /// Runs the supervisor until `shutdown` resolves, then stops everything it started.
@@ -130,8 +132,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         tracing::warn!(conversation = id, "removed a conversation whose provisioning never finished");
     }
     let gate = Arc::new(Gate::load(&config.gate, &config_base, events.clone())?);
-    let attachments = data.attachments_dir("default");
-    std::fs::create_dir_all(&attachments).map_err(|source| DataDirError::Unusable { path: attachments, source })?;
+    conversations.make_attachments_dir("default")?;
 
     // 5. The sandbox probe, said on the startup line.
     let (choice, bwrap) = (options.sandbox, config.sandbox.bwrap.clone());

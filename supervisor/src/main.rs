@@ -11,6 +11,11 @@ use clap::Parser;
 fn main() -> ExitCode {
     // Before anything of ours is open: what our parent leaked stays with it.
     cc_proto::hardening::close_inherited_descriptors();
+    // 022 whoever started us: runs (the service user, as root) must reach what the
+    // supervisor and its helpers make for them (copies, configs, sockets' directories),
+    // and a service manager's UMask=0077 broke every run. What is private is made
+    // private on purpose (the data directory 0700, state.db and its side files 0600).
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     let args = Args::parse();
     logging::init(args.log_format, "info");
     // The supervisor holds every helper's secret: no same-uid process may ptrace it.

@@ -104,6 +104,8 @@ pub enum StoreError {
     Migrate { path: PathBuf, version: usize, source: rusqlite::Error },
     #[error("{path} is a symlink: refusing to open it")]
     Symlink { path: PathBuf },
+    #[error("cannot make {path} private (0600): {source}")]
+    Private { path: PathBuf, source: std::io::Error },
     #[error("state.db: {0}")]
     Sql(#[from] rusqlite::Error),
     #[error("state.db is unusable after an earlier failure (a thread panicked holding it)")]
@@ -114,12 +116,42 @@ pub struct Store {
     conn: Mutex<Connection>,
 }
 
+/// The database and its WAL side files are ours alone (0600), whatever the umask: the
+/// data directory is searchable by the service user. A new database is made 0600 before
+/// SQLite opens it, which then gives its side files the database's mode; files left by
+/// an older version are tightened. Never through a link.
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let private = std::fs::Permissions::from_mode(0o600);
+    let nofollow = |p: &Path, create: bool| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(create)
+            .create(create)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(p)
+    };
+    nofollow(path, true)?.set_permissions(private.clone())?;
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        match nofollow(Path::new(&side), false) {
+            Ok(file) => file.set_permissions(private.clone())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let open_err = |source| StoreError::Open { path: path.to_owned(), source };
         if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
             return Err(StoreError::Symlink { path: path.to_owned() });
         }
+        make_private(path).map_err(|source| StoreError::Private { path: path.to_owned(), source })?;
         let mut conn = Connection::open(path).map_err(open_err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
         // FULL: an event broadcast to followers must survive a power loss, or its id

@@ -38,7 +38,9 @@ git init -q -b main "$HOME/src/webapp"
 # The service, as the install guide leaves it (a guide that installs its own sets
 # CC_DOCS_NO_SUPERVISOR=1).
 if [ -z "${CC_DOCS_NO_SUPERVISOR:-}" ]; then
-    cc-supervisor --log-format json 2> "$DOCS_TMP/supervisor.log" &
+    # Under the umask systemd gives a service that sets UMask=0077: the supervisor sets
+    # its own, so runs work whoever started it.
+    (umask 077 && exec cc-supervisor --log-format json 2> "$DOCS_TMP/supervisor.log") &
     docs_supervisor_pid=$!
     ccctl status --wait 30 > /dev/null
 fi

@@ -632,3 +632,22 @@ fn runs_of_one_conversation_write_the_same_file_at_once() {
     let listed = text(&f.tool(&runs[0], &["bash", "--", "ls -A"])).0;
     assert!(!listed.contains(".tmp"), "no temporary file is left: {listed}");
 }
+
+#[test]
+fn the_state_database_stays_private_in_a_data_directory_runs_can_search() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    let out = f.tool(&run, &["bash", "--", "echo hello > made.txt && cat made.txt"]);
+    assert_eq!(text(&out).0.trim(), "hello", "{}", text(&out).1);
+    // The run needed the data directory searchable by its user...
+    let mode = |name: &str| std::fs::metadata(f.sup.data_dir.join(name)).unwrap().permissions().mode() & 0o777;
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(mode(""), 0o711);
+    }
+    // ...so what only the supervisor reads is private by its own mode, whatever the
+    // umask of whoever started it.
+    for name in ["state.db", "state.db-wal", "state.db-shm", "supervisor.lock", "sock"] {
+        assert_eq!(mode(name) & 0o077, 0, "{name} is {:o}", mode(name));
+    }
+}

@@ -64,6 +64,8 @@ pub fn write_agent_config(dir: &Path, settings: &serde_json::Value, mcp: &serde_
         }
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(&dir, name, flags, Mode::from_bits_truncate(0o644))?;
+        // Readable by the agent whatever our umask (077).
+        nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o644))?;
         std::fs::File::from(fd).write_all(value.to_string().as_bytes())?;
     }
     Ok(())
