@@ -18,6 +18,8 @@ pub const BINARIES: [&str; 9] =
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
+    #[error("cannot strip {path} ({why}); install binutils")]
+    Strip { path: PathBuf, why: String },
     #[error("{path}: {source}; build the release binaries first (cargo build --release --workspace --bins)")]
     MissingBinary { path: PathBuf, source: io::Error },
     #[error("cannot write {path}: {source}")]
@@ -41,7 +43,9 @@ pub fn stage(bins: &Path, root: &Path) -> Result<(), StageError> {
     std::fs::create_dir_all(&lib).map_err(write(&lib))?;
     for name in BINARIES {
         let from = bins.join(name);
-        std::fs::copy(&from, lib.join(name)).map_err(|source| StageError::MissingBinary { path: from, source })?;
+        let to = lib.join(name);
+        std::fs::copy(&from, &to).map_err(|source| StageError::MissingBinary { path: from, source })?;
+        strip(&to)?;
     }
     for (dir, name) in [("usr/bin", "ccctl"), ("usr/sbin", "cc-supervisor")] {
         let dir = root.join(dir);
@@ -70,4 +74,17 @@ pub fn stage(bins: &Path, root: &Path) -> Result<(), StageError> {
         std::fs::write(&path, script).map_err(write(&path))?;
     }
     Ok(())
+}
+
+/// The release profile keeps line tables (for backtraces in development); the package
+/// ships without them (symbol names stay, for backtraces): 600 MB of binaries become a
+/// fifth of that.
+fn strip(path: &Path) -> Result<(), StageError> {
+    let failed = |why: String| StageError::Strip { path: path.to_owned(), why };
+    let status = std::process::Command::new("strip")
+        .arg("--strip-debug")
+        .arg(path)
+        .status()
+        .map_err(|e| failed(e.to_string()))?;
+    if status.success() { Ok(()) } else { Err(failed(status.to_string())) }
 }
