@@ -44,6 +44,15 @@ pub fn entry_at(dir: &OwnedFd, name: &OsStr) -> Result<Entry, Errno> {
     }
 }
 
+/// Gives the socket `name` in `dir` to `uid`/`gid`, never through a link, and only if it
+/// is a socket: a name swapped for a link, or for a hard link to a file, is refused.
+pub fn chown_socket(dir: &OwnedFd, name: &OsStr, uid: u32, gid: u32) -> Result<(), Errno> {
+    if kind(&fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?) != SFlag::S_IFSOCK {
+        return Err(Errno::ENOTSOCK);
+    }
+    nix::unistd::fchownat(dir, name, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)), AtFlags::AT_SYMLINK_NOFOLLOW)
+}
+
 fn kind(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT
 }
@@ -215,6 +224,20 @@ fn io_errno(e: std::io::Error) -> Errno {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_socket_is_given_away_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(tmp.path().join("s.sock")).unwrap();
+        std::fs::write(tmp.path().join("file"), b"x").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("s.sock"), tmp.path().join("link")).unwrap();
+        let dir = open_dir_no_links(&std::fs::canonicalize(tmp.path()).unwrap()).unwrap();
+        let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        assert_eq!(chown_socket(&dir, OsStr::new("s.sock"), uid, gid), Ok(()));
+        assert_eq!(chown_socket(&dir, OsStr::new("file"), uid, gid), Err(Errno::ENOTSOCK));
+        assert_eq!(chown_socket(&dir, OsStr::new("link"), uid, gid), Err(Errno::ENOTSOCK));
+        assert_eq!(chown_socket(&dir, OsStr::new("missing"), uid, gid), Err(Errno::ENOENT));
+    }
 
     fn id(path: &Path) -> (u64, u64) {
         use std::os::unix::fs::MetadataExt;

@@ -99,8 +99,9 @@ impl Conversations {
     }
 
     /// `workspaces/<ws>/attachments`, made if missing, which runs (the service user, as
-    /// root) read through their envelopes: the modes are set, not left to the umask,
-    /// which is 077 (the supervisor's own, as the systemd unit's).
+    /// root) read through their envelopes: the modes are set, not left to the umask of
+    /// whoever started us. By path, because every directory on it is root's, under the
+    /// data directory, and shown to agents read-only: no agent can write any of them.
     pub fn make_attachments_dir(&self, workspace: &str) -> Result<PathBuf, ConversationError> {
         use std::os::unix::fs::PermissionsExt;
         let attachments = self.data.attachments_dir(workspace);

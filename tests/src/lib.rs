@@ -263,13 +263,20 @@ impl Drop for Supervisor {
     }
 }
 
-/// Waits for `child`, killing it if it outlives `limit` (then panics).
+/// Waits for `child`, killing it if it outlives `limit` (then panics). A child that
+/// leads its own process group is killed with the group: everything it started goes too.
 pub fn wait_with_limit(child: &mut Child, limit: Duration) -> ExitStatus {
     let pid = child.id();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
         if done_rx.recv_timeout(limit).is_err() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let kill = nix::sys::signal::Signal::SIGKILL;
+            if nix::unistd::getpgid(Some(pid)) == Ok(pid) {
+                let _ = nix::sys::signal::killpg(pid, kill);
+            } else {
+                let _ = nix::sys::signal::kill(pid, kill);
+            }
             return true;
         }
         false

@@ -8,9 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cc_package::guides;
-use cc_tests::{bin, privileged};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use cc_tests::{bin, privileged, wait_with_limit};
 
 /// A guide is a few minutes of a person's time; far less of a machine's.
 const GUIDE_LIMIT: Duration = Duration::from_secs(300);
@@ -101,7 +99,7 @@ fn the_guides_run() {
             command.env("CC_DOCS_NO_SUPERVISOR", "1");
         }
         let mut child = command.spawn().expect("bash");
-        let status = wait_killing_group(&mut child, GUIDE_LIMIT);
+        let status = wait_with_limit(&mut child, GUIDE_LIMIT);
         if !status.success() {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
@@ -109,20 +107,6 @@ fn the_guides_run() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-}
-
-/// Waits for a guide; one that outlives `limit` is killed with everything it started
-/// (its supervisor too: they share its process group).
-fn wait_killing_group(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let group = Pid::from_raw(child.id() as i32);
-    let (done, finished) = std::sync::mpsc::channel::<()>();
-    let watchdog =
-        std::thread::spawn(move || finished.recv_timeout(limit).is_err() && killpg(group, Signal::SIGKILL).is_ok());
-    let status = child.wait().expect("wait");
-    let _ = done.send(());
-    let killed = watchdog.join().expect("watchdog");
-    assert!(!killed, "a guide ran longer than {limit:?} and was killed");
-    status
 }
 
 #[test]

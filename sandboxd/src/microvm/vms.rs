@@ -181,15 +181,19 @@ impl VmHost {
         };
         // The bridges' host ends listen before the guest can connect.
         std::fs::create_dir_all(&layout.dir).map_err(LaunchError::CannotStart)?;
+        // The VM's directory becomes the service user's (its daemons write there), who
+        // could swap a socket for a link between bind and chown: the chown goes by the
+        // directory's handle, never follows a link, and changes only a socket. (fchown on
+        // the listener would change the socket's sockfs inode, not the name QEMU opens.)
+        let vm_dir =
+            cc_host::beneath::open_dir_no_links(&layout.dir).map_err(|e| LaunchError::CannotStart(e.into()))?;
         let mut bridges = Vec::new();
         for (port, socket) in &bridged {
             let path = layout.bridge_socket(*port);
             let listener = tokio::net::UnixListener::bind(&path).map_err(LaunchError::CannotStart)?;
-            if let Some(user) = programs.user {
-                // The VM's directory is the service user's, who could swap the socket for a
-                // symlink between bind and chown: never follow one. (fchown on the listener
-                // would change the socket's sockfs inode, not the name QEMU connects to.)
-                std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid)).map_err(LaunchError::CannotStart)?;
+            if let (Some(user), Some(name)) = (programs.user, path.file_name()) {
+                cc_host::beneath::chown_socket(&vm_dir, name, user.uid, user.gid)
+                    .map_err(|e| LaunchError::CannotStart(e.into()))?;
             }
             bridges.push(tokio::spawn(carry_bridge(listener, socket.clone())).abort_handle());
         }
