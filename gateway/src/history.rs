@@ -15,10 +15,11 @@
 //! libgit2 then reads inside the object directory may still be the agent's links: it
 //! only ever yields a yes or a no, never bytes, and the caller bounds its time.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat, openat2};
+use cc_host::resolve::{Links, open_beneath};
+use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode;
 
 /// True only when some checkout shows `old` to be an ancestor of (or equal to) `new`.
@@ -46,10 +47,10 @@ fn open_dir(path: &Path) -> Option<OwnedFd> {
         openat(nix::fcntl::AT_FDCWD, "/", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
             .ok()?;
     let relative = path.strip_prefix("/").ok()?;
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    if relative.as_os_str().is_empty() { Some(root) } else { openat2(&root, relative, how).ok() }
+    if relative.as_os_str().is_empty() {
+        return Some(root);
+    }
+    open_beneath(root.as_fd(), relative, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Links::Refuse).ok()
 }
 
 /// A directory below an open one, by one name, never through a link.

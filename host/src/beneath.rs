@@ -197,23 +197,11 @@ pub fn open_no_links(path: &Path) -> Result<OwnedFd, Errno> {
     open_path_beneath(&root, relative)
 }
 
+/// An `O_PATH` descriptor of `relative` beneath `dir`, no link followed on the way or
+/// at the end: by `openat2`, or by the walk where that is filtered ([`crate::resolve`]).
 #[cfg(target_os = "linux")]
 fn open_path_beneath(dir: &OwnedFd, relative: &Path) -> Result<OwnedFd, Errno> {
-    use nix::fcntl::{OpenHow, ResolveFlag, openat2};
-    // No O_NOFOLLOW: with it, O_PATH would open a trailing link itself; without it,
-    // RESOLVE_NO_SYMLINKS refuses a link anywhere, the last component included.
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    // EAGAIN: a rename elsewhere on the machine raced the lookup; the man page asks
-    // for a retry. A few tries, then the refusal stands.
-    let mut tries = 0;
-    loop {
-        match openat2(dir, relative, how) {
-            Err(Errno::EAGAIN) if tries < 32 => tries += 1,
-            other => return other,
-        }
-    }
+    crate::resolve::open_beneath(dir.as_fd(), relative, OFlag::O_PATH, crate::resolve::Links::Refuse)
 }
 
 #[cfg(target_os = "linux")]

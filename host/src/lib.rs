@@ -8,6 +8,8 @@
 //! * [`terminal`]: the sizes and signals a hosted terminal takes;
 //! * [`beneath`]: reaching inside a directory tree an agent controls without following
 //!   its links;
+//! * [`resolve`]: opening a path beneath a handle, by `openat2` or, where that call is
+//!   filtered or missing, by a walk with the same guarantee;
 //! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`], [`OPTIONS_FD`]: facts both sides must agree on.
 // Denied rather than forbidden: `cgroup::join`, `orphan` and `terminal::foreground`
 // allow it, each for one system call.
@@ -18,6 +20,8 @@ pub mod cgroup;
 pub mod microvm;
 pub mod orphan;
 pub mod probe;
+#[cfg(target_os = "linux")]
+pub mod resolve;
 pub mod terminal;
 
 /// The unprivileged user every launch, runner and provisioned copy belongs to when the

@@ -1,8 +1,9 @@
 //! Path confinement for the harness tools. Every path a tool is given is resolved
 //! against the run's roots (its working directory first, then the shared roots) and
-//! opened *beneath a directory handle* of one of them with `openat2(RESOLVE_BENEATH |
-//! RESOLVE_NO_MAGICLINKS)`: the kernel refuses `..`, an absolute symlink or any link
-//! that leads out, at the moment of the open. Nothing here checks a string and then
+//! opened *beneath a directory handle* of one of them (`openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_MAGICLINKS)`, or cc-host's walk with the same guarantee where openat2 is
+//! filtered): `..`, an absolute symlink or any link that leads out is refused at the
+//! moment of the open. Nothing here checks a string and then
 //! opens it, so a component swapped for a symlink in between changes nothing.
 //!
 //! Writes go to a new file beside the target, then `renameat` over it: a hard link to
@@ -17,8 +18,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use cc_host::resolve::{Links, open_beneath};
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat, openat2, readlink, renameat};
+use nix::fcntl::{OFlag, openat, readlink, renameat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
@@ -80,8 +82,6 @@ fn protected(relative: &Path) -> Option<&'static str> {
         "a repository's .git is git's own (hooks, config, todo lists run code): the tools do not write in it",
     )
 }
-
-const BENEATH: ResolveFlag = ResolveFlag::RESOLVE_BENEATH.union(ResolveFlag::RESOLVE_NO_MAGICLINKS);
 
 impl Roots {
     /// Opens each root once. `roots[0]` is the working directory.
@@ -159,7 +159,7 @@ impl Roots {
         }
     }
 
-    /// Maps an openat2 failure to what it means for a person.
+    /// Maps a resolution failure to what it means for a person.
     fn resolve_error(path: &Path, errno: Errno) -> ConfineError {
         match errno {
             Errno::EXDEV => ConfineError::refused(path, "resolves outside the run's roots (through `..` or a symlink)"),
@@ -174,10 +174,9 @@ impl Roots {
     /// Opens a regular file for reading.
     pub fn open_read(&self, path: &Path) -> Result<File, ConfineError> {
         let (root, rel) = self.locate(path)?;
-        let how = OpenHow::new()
-            .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK)
-            .resolve(BENEATH);
-        let fd = beneath(root.dir.as_fd(), &rel, how).map_err(|e| Self::resolve_error(path, e))?;
+        let flags = OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
+        let fd =
+            open_beneath(root.dir.as_fd(), &rel, flags, Links::StayInside).map_err(|e| Self::resolve_error(path, e))?;
         let stat = fstat(fd.as_fd()).map_err(|e| ConfineError::io(path, e))?;
         if !is(&stat, SFlag::S_IFREG) {
             return Err(ConfineError::refused(path, "not a regular file"));
@@ -298,15 +297,16 @@ impl Roots {
     /// Opens a directory for listing, beneath its root.
     pub fn open_dir(&self, path: &Path) -> Result<OwnedFd, ConfineError> {
         let (root, rel) = self.locate(path)?;
-        let how = OpenHow::new().flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC).resolve(BENEATH);
-        beneath(root.dir.as_fd(), &rel, how).map_err(|e| Self::resolve_error(path, e))
+        open_beneath(root.dir.as_fd(), &rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Links::StayInside)
+            .map_err(|e| Self::resolve_error(path, e))
     }
 
     /// Opens (creating as needed) the parent directory, one component at a time, each
     /// beneath the last: a component that is a symlink is refused, not followed.
     fn open_parent(&self, root: &Root, path: &Path, parent: &Path, create: bool) -> Result<OwnedFd, ConfineError> {
-        let dir_how = || OpenHow::new().flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC).resolve(BENEATH);
-        let mut current = openat2(root.dir.as_fd(), ".", dir_how()).map_err(|e| Self::resolve_error(path, e))?;
+        let dir = OFlag::O_PATH | OFlag::O_DIRECTORY;
+        let mut current = open_beneath(root.dir.as_fd(), Path::new("."), dir, Links::StayInside)
+            .map_err(|e| Self::resolve_error(path, e))?;
         for component in parent.components() {
             let name = match component {
                 Component::CurDir => continue,
@@ -316,15 +316,15 @@ impl Roots {
                 }
                 Component::RootDir | Component::Prefix(_) => continue,
             };
-            let how = dir_how().resolve(BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-            current = match openat2(current.as_fd(), name, how) {
+            let name = Path::new(name);
+            current = match open_beneath(current.as_fd(), name, dir, Links::Refuse) {
                 Ok(fd) => fd,
                 Err(Errno::ENOENT) if create => {
                     match mkdirat(current.as_fd(), name, Mode::from_bits_truncate(0o755)) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(ConfineError::io(path, e)),
                     }
-                    openat2(current.as_fd(), name, how).map_err(|e| Self::resolve_error(path, e))?
+                    open_beneath(current.as_fd(), name, dir, Links::Refuse).map_err(|e| Self::resolve_error(path, e))?
                 }
                 Err(e) => return Err(Self::resolve_error(path, e)),
             };
@@ -333,28 +333,11 @@ impl Roots {
     }
 }
 
-/// openat2 beneath `dir`, retried when the kernel answers EAGAIN: with RESOLVE_BENEATH
-/// a path holding `..` fails so whenever anything on the machine renamed during the
-/// lookup (the kernel cannot then prove the `..` stayed inside), and the man page asks
-/// callers to retry. A few tries; a storm of renames still ends in a clear refusal.
-fn beneath(dir: std::os::fd::BorrowedFd<'_>, path: &Path, how: OpenHow) -> Result<OwnedFd, Errno> {
-    let mut tries = 0;
-    loop {
-        match openat2(dir, path, how) {
-            Err(Errno::EAGAIN) if tries < 32 => tries += 1,
-            other => return other,
-        }
-    }
-}
-
 /// Opens a subdirectory (for listing) or a regular file of an open directory, by a
 /// single name and following no link at all: what a walk uses.
 pub fn open_child(dir: &OwnedFd, name: &OsStr, directory: bool) -> Result<OwnedFd, Errno> {
     let kind = if directory { OFlag::O_DIRECTORY } else { OFlag::O_NONBLOCK | OFlag::O_NOCTTY };
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | kind)
-        .resolve(BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    openat2(dir.as_fd(), name, how)
+    open_beneath(dir.as_fd(), Path::new(name), OFlag::O_RDONLY | kind, Links::Refuse)
 }
 
 fn is(stat: &FileStat, kind: SFlag) -> bool {

@@ -231,14 +231,13 @@ fn parse_command(bytes: &[u8]) -> Result<Option<Vec<OsString>>, String> {
 /// `path` as the envelope shows it: reached from `/` without any link, and on a
 /// read-only mount when `read_only`.
 pub fn check_bound(path: &Path, read_only: bool) -> Result<(), String> {
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+    use cc_host::resolve::{Links, open_beneath};
+    use nix::fcntl::{OFlag, open};
+    use std::os::fd::AsFd;
     let relative = path.strip_prefix("/").map_err(|_| format!("{} is not absolute", path.display()))?;
     let root = open("/", OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
         .map_err(|e| format!("cannot open /: {e}"))?;
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let fd = openat2(&root, relative, how)
+    let fd = open_beneath(root.as_fd(), relative, OFlag::O_PATH, Links::Refuse)
         .map_err(|e| format!("{} is not where it was bound in this envelope ({e})", path.display()))?;
     if read_only {
         let mount = nix::sys::statvfs::fstatvfs(&fd).map_err(|e| format!("cannot inspect {}: {e}", path.display()))?;

@@ -49,6 +49,15 @@ pub fn privileged(what: &str) -> bool {
     false
 }
 
+/// Checks the probe's word on how paths beneath a run's roots are resolved. Under
+/// `without-openat2` (CI's second pass of the envelope suite) it must be the walk, for
+/// the filter's reason: a pass that did not take the walk would prove nothing.
+pub fn assert_path_resolution(detail: &str) {
+    let filtered = std::env::var("CC_TEST_OPENAT2_FILTERED").as_deref() == Ok("1");
+    let want = if filtered { "paths by component walk (openat2: ENOSYS" } else { "paths by " };
+    assert!(detail.contains(want), "the probe should say {want:?}: {detail}");
+}
+
 /// Makes this test process the reaper of orphans, so that a helper whose supervisor
 /// died becomes our child and can be waited for instead of polled.
 pub fn become_subreaper() {
@@ -63,6 +72,9 @@ pub struct Options {
     pub args: Vec<String>,
     /// Run the supervisor as this uid (and gid); needs root.
     pub uid: Option<u32>,
+    /// A command the supervisor is started through (it must exec its arguments), for
+    /// a service manager's restrictions: `[unshare, …, sh, -c, …]`.
+    pub launcher: Vec<String>,
 }
 
 /// A supervisor running on a temporary data directory.
@@ -103,7 +115,14 @@ impl Supervisor {
         let notify_path = data_dir.parent().unwrap_or(data_dir).join(format!("notify-{}.sock", unique()));
         let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
         notify.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        let mut command = Command::new(bin("cc-supervisor"));
+        let mut command = match options.launcher.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(bin("cc-supervisor"));
+                command
+            }
+            None => Command::new(bin("cc-supervisor")),
+        };
         if let Some(uid) = options.uid {
             use std::os::unix::process::CommandExt;
             command.uid(uid).gid(uid);
