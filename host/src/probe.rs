@@ -46,10 +46,29 @@ pub enum Backend {
     None,
 }
 
+/// The options every Linux envelope starts with, and the probe's test launch too:
+/// the probe tries what a launch needs, not less.
+pub const ENVELOPE_ISOLATION_FLAGS: &[&str] = &[
+    "--new-session",
+    "--die-with-parent",
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-net",
+    "--unshare-cgroup-try",
+    "--cap-drop",
+    "ALL",
+    "--as-pid-1",
+    // user.max_user_namespaces = 1 inside, behind our init's seccomp filter.
+    "--disable-userns",
+];
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeResult {
     pub backend: Backend,
-    /// Why: "bubblewrap 0.8.0", "bubblewrap not found", "--sandbox off", …
+    /// Why: "bubblewrap 0.8.0", "bubblewrap not found", "--sandbox off", …, then how
+    /// paths beneath a run's roots are resolved ("; paths by openat2").
     pub detail: String,
     /// The envelope program that passed the test launch: bubblewrap on Linux,
     /// `sandbox-exec` on macOS.
@@ -70,10 +89,21 @@ impl ProbeResult {
 /// Runs the probe. `bwrap` overrides the PATH lookup (configuration). As root, the test
 /// launch runs as an unprivileged user, as every real launch does.
 pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
-    if choice == SandboxChoice::Off {
-        return ProbeResult { backend: Backend::None, detail: "--sandbox off".into(), program: None };
+    let mut result =
+        if choice == SandboxChoice::Off { ProbeResult::none("--sandbox off".into()) } else { native_probe(bwrap) };
+    // Said whatever the backend: the runner's file tools and a root supervisor's
+    // walks use it with or without an envelope.
+    #[cfg(target_os = "linux")]
+    {
+        result.detail = format!("{}; {}", result.detail, crate::resolve::Resolver::describe());
     }
-    native_probe(bwrap)
+    result
+}
+
+impl ProbeResult {
+    fn none(detail: String) -> Self {
+        ProbeResult { backend: Backend::None, detail, program: None }
+    }
 }
 
 /// Where macOS keeps Seatbelt's tool.
@@ -84,7 +114,7 @@ pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
 #[cfg(target_os = "macos")]
 fn native_probe(_bwrap: Option<&Path>) -> ProbeResult {
     use std::process::{Command, Stdio};
-    let none = |detail: String| ProbeResult { backend: Backend::None, detail, program: None };
+    let none = ProbeResult::none;
     let launch = Command::new(SANDBOX_EXEC)
         .args(["-p", "(version 1)(allow default)", "--", "/usr/bin/true"])
         .stdin(Stdio::null())
@@ -107,7 +137,7 @@ fn native_probe(_bwrap: Option<&Path>) -> ProbeResult {
 #[cfg(target_os = "linux")]
 fn native_probe(bwrap: Option<&Path>) -> ProbeResult {
     use std::process::{Command, Stdio};
-    let none = |detail: String| ProbeResult { backend: Backend::None, detail, program: None };
+    let none = ProbeResult::none;
     let Some(bwrap) = bwrap.map(Path::to_owned).or_else(|| find_on_path("bwrap")) else {
         return none("bubblewrap not found".into());
     };
@@ -121,10 +151,19 @@ fn native_probe(bwrap: Option<&Path>) -> ProbeResult {
         Some(v) => format!("bubblewrap {v}"),
         None => "bubblewrap (unknown version)".to_owned(),
     };
-    // The smallest envelope that needs everything a real one needs: new user, pid,
-    // net, ipc and uts namespaces (a required user namespace, not --unshare-all's
-    // "try"), no capabilities, mounts, and an exec inside.
-    let mut launch = Command::new(&bwrap);
+    match test_launch(&bwrap) {
+        Ok(()) => ProbeResult { backend: Backend::Native, detail: name, program: Some(bwrap) },
+        Err(first) => none(format!("{name} cannot create a sandbox: {first}{}", launch_hint())),
+    }
+}
+
+/// A launch of `true` in an envelope with every isolation option a real one has, as
+/// the user launches run as, under this process's own restrictions (its seccomp
+/// filter, its read-only mounts): the first line bubblewrap printed when it fails.
+#[cfg(target_os = "linux")]
+fn test_launch(bwrap: &Path) -> Result<(), String> {
+    use std::process::{Command, Stdio};
+    let mut launch = Command::new(bwrap);
     if nix::unistd::geteuid().is_root() {
         use std::os::unix::process::CommandExt;
         // As the user launches run as: a test launch as root would prove what root can
@@ -132,22 +171,41 @@ fn native_probe(bwrap: Option<&Path>) -> ProbeResult {
         let user = crate::ServiceUser::NOBODY;
         launch.uid(user.uid).gid(user.gid).current_dir("/");
     }
-    let launch = launch
-        .args(["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"])
-        .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"])
+    let out = launch
+        .args(ENVELOPE_ISOLATION_FLAGS)
         .args(["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .output();
-    match launch {
-        Ok(out) if out.status.success() => ProbeResult { backend: Backend::Native, detail: name, program: Some(bwrap) },
-        Ok(out) => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let first = stderr.lines().next().unwrap_or("no message").trim().to_owned();
-            none(format!("{name} cannot create a sandbox: {first}{}", userns_hint(&read_userns_sysctls())))
-        }
-        Err(e) => none(format!("{name} cannot run: {e}")),
+        .output()
+        .map_err(|e| format!("cannot run: {e}"))?;
+    if out.status.success() {
+        return Ok(());
     }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(stderr.lines().next().unwrap_or("no message").trim().to_owned())
+}
+
+/// Says which setting is in the way of a test launch, and the fix.
+#[cfg(target_os = "linux")]
+fn launch_hint() -> String {
+    // The kernel mounts a new procfs in a user namespace only where an existing one is
+    // fully visible; a read-only bind over /proc/sys is a locked mount hiding a
+    // directory, so bubblewrap's --proc fails (and --disable-userns cannot write its
+    // sysctl). No envelope flag lives with it: binding the host's /proc instead would
+    // show the host's processes.
+    if proc_sys_read_only() {
+        return " (/proc/sys is read-only here, as systemd's ProtectKernelTunables= or a container makes it: \
+                 bubblewrap cannot mount an envelope's /proc under it; remove that setting)"
+            .into();
+    }
+    userns_hint(&read_userns_sysctls())
+}
+
+/// Whether `/proc/sys` is mounted read-only here (systemd's `ProtectKernelTunables=`,
+/// a container runtime's default).
+#[cfg(target_os = "linux")]
+fn proc_sys_read_only() -> bool {
+    nix::sys::statvfs::statvfs("/proc/sys").is_ok_and(|m| m.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
 }
 
 /// `bubblewrap 0.8.0` → `0.8.0`.
@@ -218,13 +276,13 @@ mod tests {
     #[test]
     fn off_never_launches() {
         let p = probe(SandboxChoice::Off, Some(Path::new("/nonexistent/bwrap")));
-        assert_eq!(p.line(), "sandbox backend=none (--sandbox off)");
+        assert!(p.line().starts_with("sandbox backend=none (--sandbox off; paths by "), "{}", p.line());
     }
 
     #[test]
     fn missing_binary() {
         let p = probe(SandboxChoice::Auto, Some(Path::new("/nonexistent/bwrap")));
-        assert_eq!(p.line(), "sandbox backend=none (bubblewrap not found)");
+        assert!(p.line().starts_with("sandbox backend=none (bubblewrap not found; paths by "), "{}", p.line());
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use cc_host::probe::ENVELOPE_ISOLATION_FLAGS;
+
 use crate::policy::RunPolicy;
 use crate::system::{SystemEntry, SystemView};
 
@@ -135,21 +137,9 @@ impl Envelope<'_> {
 
     fn build(&self, by_descriptor: bool) -> BwrapCommand {
         let mut a = Args { by_descriptor, ..Args::default() };
-        a.flags(&[
-            "--new-session",
-            "--die-with-parent",
-            "--unshare-user",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-net",
-            "--unshare-cgroup-try",
-            "--cap-drop",
-            "ALL",
-            "--as-pid-1",
-            "--disable-userns",
-            "--clearenv",
-        ]);
+        // The options the probe's test launch proved.
+        a.flags(ENVELOPE_ISOLATION_FLAGS);
+        a.flag("--clearenv");
         for (name, value) in self.env {
             a.flag("--setenv").arg(name).arg(value);
         }

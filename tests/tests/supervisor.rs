@@ -19,6 +19,7 @@ fn status_shows_every_helper_serving_and_the_backend_line() {
     sup.wait_ready();
     let backend_line = &sup.stdout_lines[0];
     assert!(backend_line.starts_with("cc-supervisor: sandbox backend="), "{backend_line}");
+    cc_tests::assert_path_resolution(backend_line);
     if std::env::var("CC_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
         assert!(backend_line.starts_with("cc-supervisor: sandbox backend=native (bubblewrap "), "{backend_line}");
     }
