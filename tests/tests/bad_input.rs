@@ -66,3 +66,42 @@ fn garbage_on_the_socket_is_dropped_and_the_api_keeps_serving() {
     let status = sup.ccctl_json(&["status"]);
     assert!(status["helpers"].as_array().unwrap().iter().all(|h| h["serving"] == true));
 }
+
+/// A directory that is no checkout: the fix named is the one that helps, `--repo`
+/// only when it was not given. Refused before any supervisor is started or asked.
+#[test]
+fn exec_outside_a_checkout_names_the_fix_that_helps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exec = |args: &[&str]| {
+        std::process::Command::new(cc_tests::bin("ccctl"))
+            .args(["--data-dir", tmp.path().join("data").to_str().unwrap(), "exec"])
+            .args(args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap()
+    };
+    let given = exec(&["--repo", tmp.path().to_str().unwrap(), "--", "true"]);
+    let err = String::from_utf8_lossy(&given.stderr);
+    assert!(!given.status.success() && err.contains("not inside a git checkout"), "{err}");
+    assert!(err.trim_end().ends_with("name a directory inside a checkout"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let cwd = exec(&["--", "true"]);
+    let err = String::from_utf8_lossy(&cwd.stderr);
+    assert!(err.trim_end().ends_with("pass --repo"), "{err}");
+    assert!(!tmp.path().join("data").exists(), "a refused exec made a data directory");
+}
+
+/// `ccctl run events` of a run that does not exist fails with one line naming it,
+/// rather than printing nothing and exiting 0 as if the run were quiet.
+#[test]
+fn events_of_an_unknown_run_are_an_error() {
+    let sup = Supervisor::start(Options::default());
+    for args in [&["run", "events", "no-such-run"][..], &["--json", "run", "events", "no-such-run"]] {
+        let out = sup.ccctl(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} exited 0");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(err.starts_with("ccctl: ") && err.contains("no-such-run"), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}

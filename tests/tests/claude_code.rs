@@ -471,3 +471,25 @@ fn only_a_claude_code_run_is_handed_the_model_key_whatever_speaks_to_its_agent_s
     let other = ask(&harness);
     assert!(!other.status.success() && other.stdout.is_empty(), "after a restart: {}", stdout(&other));
 }
+
+/// With no model key configured, a prompt fails at once, naming what is missing,
+/// instead of the CLI printing its key helper's error and waiting out the prompt's
+/// timeout (1,800 s by default).
+#[test]
+fn a_prompt_without_a_model_key_fails_at_once_naming_it() {
+    let f = cc_tests::runs::fixture(None);
+    let start = f.sup.ccctl(&["run", "start", "--conversation", &f.conversation, "--adapter", "claude-code"]);
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    let run = cc_tests::runs::text(&start).0.trim().to_owned();
+    let mut prompt =
+        f.sup.ccctl_command(&["run", "prompt", &run, "say hi"]).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let status = cc_tests::wait_with_limit(&mut prompt, std::time::Duration::from_secs(60));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut prompt.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.starts_with("ccctl: ") && err.contains("no model API key") && err.contains("[credentials.model]"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

@@ -120,7 +120,11 @@ impl Enforcement {
                 let base = dir.join(format!("cc-{instance}"));
                 if let Err(e) = std::fs::create_dir_all(&base) {
                     return Enforcement::RlimitsOnly {
-                        why: format!("cannot make {}: {e}; run as root or delegate it", base.display()),
+                        why: format!(
+                            "cannot make {}: {e}{}",
+                            base.display(),
+                            v1_hint(&e, nix::unistd::geteuid().is_root())
+                        ),
                     };
                 }
                 bases.push((controller, base));
@@ -385,6 +389,19 @@ pub fn writes(v2: bool, limits: &Limits) -> Vec<(Controller, &'static str, Strin
     }
 }
 
+/// What to do about a v1 run cgroup that could not be made: the fix depends on why
+/// (a root that is refused has nothing to gain from "run as root").
+fn v1_hint(e: &std::io::Error, root: bool) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EROFS) => {
+            "; the hierarchy is mounted read-only here, as a container without cgroup delegation mounts it"
+        }
+        Some(libc::EACCES | libc::EPERM) if !root => "; run as root or delegate it",
+        Some(libc::EACCES | libc::EPERM) => "; the cgroup is not delegated to this service",
+        _ => "",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +431,16 @@ mod tests {
         let uncapped = writes(false, &Limits { cpu_max_percent: 0, ..LIMITS });
         assert_eq!(uncapped[at("cpu.cfs_quota_us")].2, "-1");
         assert!(w.iter().all(|(c, f, _)| f.starts_with(c.name())), "each file lives in its controller's directory");
+    }
+
+    #[test]
+    fn a_v1_refusal_names_the_fix_for_who_was_refused() {
+        let err = |n| std::io::Error::from_raw_os_error(n);
+        assert!(v1_hint(&err(libc::EROFS), true).contains("mounted read-only"));
+        assert_eq!(v1_hint(&err(libc::EACCES), false), "; run as root or delegate it");
+        assert!(!v1_hint(&err(libc::EACCES), true).contains("root"));
+        assert!(!v1_hint(&err(libc::EPERM), true).contains("root"));
+        assert_eq!(v1_hint(&err(libc::ENOSPC), true), "");
     }
 
     #[test]

@@ -31,8 +31,8 @@ const EXIT_INTERRUPTED: u8 = 130;
 #[derive(Args)]
 pub struct ExecArgs {
     /// The repository (any directory inside its checkout) [default: the current directory]
-    #[arg(long, default_value = ".")]
-    repo: PathBuf,
+    #[arg(long)]
+    repo: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "chat")]
     mode: ModeArg,
     /// `on`: through the run's proxies, to its allowlist (`[egress]`) [default: off for
@@ -64,11 +64,13 @@ pub struct ExecArgs {
     command: Vec<String>,
 }
 
-/// The checkout's top level, resolved.
-fn checkout_root(path: &Path) -> anyhow::Result<PathBuf> {
+/// The checkout's top level, resolved. `given`: the person named it with `--repo`
+/// (telling them to pass --repo would be no help).
+fn checkout_root(path: &Path, given: bool) -> anyhow::Result<PathBuf> {
     let path = std::path::absolute(path).with_context(|| format!("cannot resolve {}", path.display()))?;
+    let fix = if given { "name a directory inside a checkout" } else { "pass --repo" };
     let repo = git2::Repository::discover(&path)
-        .map_err(|e| anyhow!("{} is not inside a git checkout ({}): pass --repo", path.display(), e.message()))?;
+        .map_err(|e| anyhow!("{} is not inside a git checkout ({}): {fix}", path.display(), e.message()))?;
     let top =
         repo.workdir().ok_or_else(|| anyhow!("{} is a bare repository: exec needs a checkout", path.display()))?;
     std::fs::canonicalize(top).with_context(|| format!("cannot resolve {}", top.display()))
@@ -251,7 +253,7 @@ async fn clean_up(args: &ExecArgs, client: &mut Client, runs_client: &mut Runs, 
 }
 
 pub async fn exec(args: ExecArgs, socket: Option<PathBuf>, data: Option<DataDir>) -> anyhow::Result<()> {
-    let repo = checkout_root(&args.repo)?;
+    let repo = checkout_root(args.repo.as_deref().unwrap_or(Path::new(".")), args.repo.is_some())?;
     let data = match data {
         Some(d) => d,
         None if socket.is_some() => DataDir::locate(None)?,

@@ -566,8 +566,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Approvals { action } => gate::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?,
         Command::Tools(args) => gate::tools(connect_gate(&socket, &data).await?, args, cli.json).await?,
         Command::Run { action: runs::RunAction::Events { id, follow } } => {
-            let mut stream = connect(&socket, &data)
-                .await?
+            let mut client = connect(&socket, &data).await?;
+            // An unknown run is an error, not an empty log that looks like a quiet run.
+            client.runs.get_run(pb::GetRunRequest { run_id: id.clone() }).await.map_err(rpc_error)?;
+            let mut stream = client
                 .system
                 .watch_events(pb::WatchEventsRequest { since: 0, follow })
                 .await

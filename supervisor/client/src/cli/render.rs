@@ -24,30 +24,53 @@ pub fn one_line(text: &str) -> String {
     out
 }
 
-/// One of an agent's steps (`ccctl run prompt`), one line, escaped as [`one_line`]:
-/// the text is the model's and the tool results are whatever the commands printed.
+/// Text as text, for a person reading an agent's steps: its lines kept (tabs too),
+/// each line after the first indented by `indent`; every other control and bidi
+/// character escaped, as [`one_line`] does.
+pub fn text_block(text: &str, indent: &str) -> String {
+    let lines: Vec<String> = text
+        .trim_end()
+        .split('\n')
+        .map(|line| line.split('\t').map(|part| one_line(part.trim_end_matches('\r'))).collect::<Vec<_>>().join("\t"))
+        .collect();
+    lines.join(&format!("\n{indent}"))
+}
+
+/// One of an agent's steps as `ccctl run events` lists it: one line, escaped as
+/// [`one_line`] (the text is the model's and the tool results are whatever the
+/// commands printed).
 pub fn agent_event(kind: &str, payload: &Value) -> String {
-    let text = |field: &str| one_line(payload.get(field).and_then(Value::as_str).unwrap_or_default());
+    describe_step(kind, payload, |text, _| one_line(text))
+}
+
+/// One of an agent's steps as `ccctl run prompt` prints it: text as text
+/// ([`text_block`]), a tool result's later lines under its first.
+pub fn agent_step(kind: &str, payload: &Value) -> String {
+    describe_step(kind, payload, text_block)
+}
+
+fn describe_step(kind: &str, payload: &Value, show: impl Fn(&str, &str) -> String) -> String {
+    let text = |field: &str, indent: &str| show(payload.get(field).and_then(Value::as_str).unwrap_or_default(), indent);
     match kind {
         "agent_init" => format!(
             "session {}  model {}  {} tools  permission mode {}",
-            text("session_id"),
-            text("model"),
+            one_line(payload.get("session_id").and_then(Value::as_str).unwrap_or_default()),
+            one_line(payload.get("model").and_then(Value::as_str).unwrap_or_default()),
             payload.get("tools").and_then(Value::as_array).map_or(0, Vec::len),
-            text("permission_mode")
+            one_line(payload.get("permission_mode").and_then(Value::as_str).unwrap_or_default())
         ),
-        "agent_text" => text("text"),
-        "agent_tool_use" => format!("-> {} {}", text("name"), text("input")),
+        "agent_text" => text("text", ""),
+        "agent_tool_use" => format!("-> {} {}", text("name", "   "), text("input", "   ")),
         "agent_tool_result" if payload.get("is_error").and_then(Value::as_bool) == Some(true) => {
-            format!("<- error: {}", text("content"))
+            format!("<- error: {}", text("content", "   "))
         }
-        "agent_tool_result" => format!("<- {}", text("content")),
+        "agent_tool_result" => format!("<- {}", text("content", "   ")),
         "agent_result" => format!(
             "{}: {} turns  ${:.4}  {}",
-            text("subtype"),
+            text("subtype", ""),
             payload.get("num_turns").and_then(Value::as_u64).unwrap_or(0),
             payload.get("total_cost_usd").and_then(Value::as_f64).unwrap_or(0.0),
-            text("result")
+            text("result", "  ")
         ),
         other => format!("{} {}", one_line(other), one_line(&payload.to_string())),
     }
@@ -535,6 +558,16 @@ pub fn terminals(list: &[pb::Terminal], json: bool, created: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agents_text_prints_as_text_and_its_controls_stay_escaped() {
+        let text = json!({ "text": "line one\nline\ttwo\x1b[31m\u{202e}\r\n" });
+        assert_eq!(agent_step("agent_text", &text), "line one\nline\ttwo\\u{1b}[31m\\u{202e}");
+        let result = json!({ "content": "hi\n65534\n" });
+        assert_eq!(agent_step("agent_tool_result", &result), "<- hi\n   65534");
+        // The event list keeps one line a step.
+        assert_eq!(agent_event("agent_tool_result", &result), "<- hi\\n65534");
+    }
 
     #[test]
     fn one_line_strips_control_and_bidi() {

@@ -351,7 +351,7 @@ pub(super) async fn follow_prompt(
                 if json {
                     println!("{}", json!({ "kind": e.kind, "payload": payload }));
                 } else {
-                    println!("{}", super::render::agent_event(&e.kind, &payload));
+                    println!("{}", super::render::agent_step(&e.kind, &payload));
                 }
             }
             Some(Step::Stderr(chunk)) => {
