@@ -102,6 +102,10 @@ pub const RIG_NOT_FOUND: &str = "RIG_NOT_FOUND";
 /// The rig's VM has ended (metadata `name`, `why`): start a new rig.
 pub const RIG_ENDED: &str = "RIG_ENDED";
 
+/// A configuration reload was refused (metadata `file`): the file does not read or
+/// parse, and the configuration in force stays.
+pub const CONFIG_INVALID: &str = "CONFIG_INVALID";
+
 /// Every reason, for the README's list and its test.
 pub const ALL: &[&str] = &[
     LINK_IN_ROOT,
@@ -133,6 +137,7 @@ pub const ALL: &[&str] = &[
     TERMINAL_NOT_FOUND,
     RIG_NOT_FOUND,
     RIG_ENDED,
+    CONFIG_INVALID,
 ];
 
 /// A refusal with `reason` and its metadata.

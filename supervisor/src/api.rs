@@ -40,20 +40,26 @@ pub struct SupervisorApi {
     conversations: Arc<Conversations>,
     channels: Arc<HelperChannels>,
     runs: Arc<RunManager>,
+    reloader: Arc<crate::reload::Reloader>,
+}
+
+/// What the client API serves from, as the daemon assembled it.
+pub struct ApiParts {
+    pub started_unix_ms: i64,
+    pub data_dir: String,
+    pub probe: ProbeResult,
+    pub channels: Arc<HelperChannels>,
+    pub events: Arc<EventLog>,
+    pub conversations: Arc<Conversations>,
+    pub runs: Arc<RunManager>,
+    pub reloader: Arc<crate::reload::Reloader>,
 }
 
 impl SupervisorApi {
-    pub fn new(
-        started_unix_ms: i64,
-        data_dir: String,
-        probe: ProbeResult,
-        channels: Arc<HelperChannels>,
-        events: Arc<EventLog>,
-        conversations: Arc<Conversations>,
-        runs: Arc<RunManager>,
-    ) -> Self {
+    pub fn new(parts: ApiParts) -> Self {
+        let ApiParts { started_unix_ms, data_dir, probe, channels, events, conversations, runs, reloader } = parts;
         let helpers = channels.helpers().clone();
-        Self { started_unix_ms, data_dir, probe, helpers, events, conversations, channels, runs }
+        Self { started_unix_ms, data_dir, probe, helpers, events, conversations, channels, runs, reloader }
     }
 
     /// Runs blocking registry or filesystem work off the async threads.
@@ -168,6 +174,30 @@ impl System for SupervisorApi {
     }
 
     type WatchEventsStream = ReceiverStream<Result<pb::WatchEventsResponse, Status>>;
+
+    async fn reload_config(
+        &self,
+        _request: Request<pb::ReloadConfigRequest>,
+    ) -> Result<Response<pb::ReloadConfigResponse>, Status> {
+        let reloader = self.reloader.clone();
+        let reloaded = tokio::task::spawn_blocking(move || reloader.reload())
+            .await
+            .map_err(|e| Status::internal(format!("the reload failed: {e}")))?;
+        let done = reloaded.map_err(|e| {
+            let file = e.file().display().to_string();
+            reasons::refusal(Code::FailedPrecondition, e.to_string(), reasons::CONFIG_INVALID, &[("file", file)])
+        })?;
+        let shown = |p: &std::path::Path| p.display().to_string();
+        Ok(Response::new(pb::ReloadConfigResponse {
+            config_file: done.config_file.as_deref().map(shown).unwrap_or_default(),
+            rules_files: done.rules_files.iter().map(|p| shown(p)).collect(),
+            applied: done.applied.iter().map(|s| (*s).to_owned()).collect(),
+            restart_required: done.restart_required.iter().map(|s| (*s).to_owned()).collect(),
+            fixed_for_live_runs: crate::reload::FIXED_FOR_LIVE_RUNS.iter().map(|s| (*s).to_owned()).collect(),
+            live_runs: u32::try_from(done.live_runs).unwrap_or(u32::MAX),
+            elapsed_ms: done.elapsed_ms,
+        }))
+    }
 
     async fn watch_events(
         &self,
@@ -438,7 +468,7 @@ impl Sandbox for SupervisorApi {
         let config = self.runs.config();
         let limits = crate::runs::limits::RunLimits::from_config(&config.limits);
         let limits = crate::runs::envelope_limits(&limits, None);
-        let policy = crate::runs::sandbox_policy(&run_id, &paths, None, None, config, limits, None);
+        let policy = crate::runs::sandbox_policy(&run_id, &paths, None, None, &config, limits, None);
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) });
         self.channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // Unregistered however this request ends, a client that goes away included.

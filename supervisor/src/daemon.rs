@@ -256,20 +256,20 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         gate: gate.clone(),
         channels: channels.clone(),
         runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
-        config: crate::config::RunsConfig {
+        config: std::sync::RwLock::new(Arc::new(crate::config::RunsConfig {
             claude_code: crate::config::ClaudeCodeConfig {
                 model_key: config.credentials.as_ref().is_some_and(|c| c.0.contains_key("model")),
                 ..config.runs.claude_code.clone()
             },
             ..config.runs.clone()
-        },
+        })),
         enforcement: enforcement.clone(),
         deadlines: config.deadlines.clone(),
         restart: config.restart.clone(),
         log_format: options.log_format,
         timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
         enveloped: probe.backend == Backend::Native,
-        egress: config.egress.clone(),
+        egress: std::sync::RwLock::new(Arc::new(config.egress.clone())),
     });
 
     let rigs = crate::rigs::RigManager::new(runs.clone(), events.clone(), microvm.clone());
@@ -283,18 +283,30 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         rigs.clone(),
     );
 
+    // 7b. Reloads (ccctl config reload, systemctl reload, SIGHUP): the same files,
+    //     read again; live runs keep running.
+    let reloader = Arc::new(crate::reload::Reloader::new(
+        crate::reload::ConfigSource { named: options.config.clone(), default_file: data.config_file() },
+        config.clone(),
+        gate.clone(),
+        runs.clone(),
+        events.clone(),
+    ));
+    let hangups = reload_on_hangup(reloader.clone())?;
+
     // 8. Serve the client API: health, reflection, and one service per resource, every
     //    call authorized by the caller's uid.
     let conversations_for_gate = conversations.clone();
-    let api = Arc::new(SupervisorApi::new(
-        unix_ms(SystemTime::now()),
-        data.root().display().to_string(),
+    let api = Arc::new(SupervisorApi::new(crate::api::ApiParts {
+        started_unix_ms: unix_ms(SystemTime::now()),
+        data_dir: data.root().display().to_string(),
         probe,
         channels,
-        events.clone(),
+        events: events.clone(),
         conversations,
-        runs.clone(),
-    ));
+        runs: runs.clone(),
+        reloader,
+    }));
     let max = MAX_MESSAGE_BYTES;
     let system = SystemServer::from_arc(api.clone()).max_decoding_message_size(max);
     let workspaces = WorkspacesServer::from_arc(api.clone()).max_decoding_message_size(max);
@@ -306,8 +318,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         TerminalsServer::new(TerminalsService::new(terminals.clone())).max_decoding_message_size(max);
     let rigs_service = RigsServer::new(RigsService::new(rigs.clone())).max_decoding_message_size(max);
     let network: crate::gate::service::NetworkLists = {
-        let (egress, conversations) = (config.egress.clone(), conversations_for_gate);
+        let (runs, conversations) = (runs.clone(), conversations_for_gate);
         Arc::new(move |workspace: &str| {
+            let egress = runs.egress();
             let entries = conversations
                 .workspaces()
                 .ok()
@@ -388,6 +401,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
 
     // 11. Stop: the API first (no new requests), then the helpers, last started first.
     ready.abort();
+    hangups.abort();
     let _ = stop_api.send(());
     if served.is_none() && tokio::time::timeout(API_DRAIN, &mut server).await.is_err() {
         server.abort();
@@ -402,6 +416,28 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         Some(Ok(Err(e))) => Err(e.into()),
         _ => Ok(()),
     }
+}
+
+/// SIGHUP reloads, as `ccctl config reload` does; a refusal is logged with its reason
+/// (no one is there to answer), and the configuration in force stays.
+fn reload_on_hangup(reloader: Arc<crate::reload::Reloader>) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups =
+        signal(SignalKind::hangup()).map_err(|e| StartError::Api(format!("cannot listen for SIGHUP: {e}")))?;
+    Ok(tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let reloader = reloader.clone();
+            match tokio::task::spawn_blocking(move || reloader.reload()).await {
+                Ok(Ok(done)) => {
+                    tracing::info!(applied = ?done.applied, restart_required = ?done.restart_required, live_runs = done.live_runs, elapsed_ms = done.elapsed_ms, "configuration reloaded (SIGHUP)")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "configuration not reloaded (SIGHUP): the old one stays in force")
+                }
+                Err(e) => tracing::warn!(error = %e, "the reload failed"),
+            }
+        }
+    }))
 }
 
 /// Names this data dir among the supervisors of one host, for its cgroup v1 directory:

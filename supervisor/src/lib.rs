@@ -22,6 +22,7 @@ pub mod ids;
 pub mod lock;
 pub mod names;
 pub mod reflection;
+pub mod reload;
 pub use cc_proto::paths;
 pub mod registry;
 pub mod rigs;

@@ -49,7 +49,12 @@ pub fn render(target: Target, supervisor: &Path, data_dir: &Path, home: Option<&
         Ok(s.to_owned())
     };
     let fill = |template: &str, log_dir: Option<&str>| -> Result<String, InstallError> {
-        let mut out = template.replace("@SUPERVISOR@", &text(supervisor)?).replace("@DATA_DIR@", &text(data_dir)?);
+        // ccctl is installed beside cc-supervisor: `systemctl reload` runs it.
+        let ccctl = supervisor.with_file_name("ccctl");
+        let mut out = template
+            .replace("@SUPERVISOR@", &text(supervisor)?)
+            .replace("@CCCTL@", &text(&ccctl)?)
+            .replace("@DATA_DIR@", &text(data_dir)?);
         if let Some(log_dir) = log_dir {
             out = out.replace("@LOG_DIR@", log_dir);
         }
@@ -110,7 +115,7 @@ mod tests {
                 Some(Path::new("/home/u")),
             )
             .unwrap();
-            for placeholder in ["@SUPERVISOR@", "@DATA_DIR@", "@LOG_DIR@"] {
+            for placeholder in ["@SUPERVISOR@", "@CCCTL@", "@DATA_DIR@", "@LOG_DIR@"] {
                 assert!(!unit.contents.contains(placeholder), "{target:?}: {}", unit.contents);
             }
             assert!(unit.contents.contains("/opt/cc/bin/cc-supervisor"));

@@ -92,9 +92,9 @@ impl GateRpc for GateService {
         request: Request<pb::GetPolicyRequest>,
     ) -> Result<Response<pb::GetPolicyResponse>, Status> {
         let workspace = request.into_inner().workspace_id;
-        let rules = self
-            .gate
-            .rule_sets(&workspace)
+        let in_force = self.gate.rules();
+        let rules = in_force
+            .sets(&workspace)
             .into_iter()
             .flat_map(|set| set.rules.iter())
             .map(|r| pb::PolicyRule {

@@ -238,7 +238,8 @@ pub struct RunEnv {
     pub gate: Arc<Gate>,
     pub channels: Arc<HelperChannels>,
     pub runner_program: PathBuf,
-    pub config: RunsConfig,
+    /// `[runs]`: replaced whole by a configuration reload.
+    pub config: std::sync::RwLock<Arc<RunsConfig>>,
     /// How run limits are enforced on this host.
     pub enforcement: Arc<Enforcement>,
     pub deadlines: crate::config::Deadlines,
@@ -249,8 +250,9 @@ pub struct RunEnv {
     pub timeouts: ProcessTimeouts,
     /// Runs' commands run in envelopes, whose only way out is their bridges.
     pub enveloped: bool,
-    /// The configuration's part of runs' network allowlists.
-    pub egress: crate::config::EgressConfig,
+    /// The configuration's part of runs' network allowlists (`[egress]`): replaced
+    /// whole by a reload; a live run keeps the allowlist it started with.
+    pub egress: std::sync::RwLock<Arc<crate::config::EgressConfig>>,
 }
 
 pub struct RunManager {
@@ -549,8 +551,27 @@ impl RunManager {
         }
     }
 
-    pub fn config(&self) -> &RunsConfig {
-        &self.env.config
+    /// `[runs]` as in force now (a reload replaces it for the next calls).
+    pub fn config(&self) -> Arc<RunsConfig> {
+        self.env.config.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// `[egress]` as in force now: what new runs' allowlists are made of.
+    pub fn egress(&self) -> Arc<crate::config::EgressConfig> {
+        self.env.egress.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Puts a reloaded `[runs]` and `[egress]` in force. The model key is the
+    /// broker's, read at start: a reload keeps what the broker was given.
+    pub fn replace_settings(&self, mut runs: RunsConfig, egress: crate::config::EgressConfig) {
+        runs.claude_code.model_key = self.config().claude_code.model_key;
+        *self.env.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(runs);
+        *self.env.egress.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(egress);
+    }
+
+    /// How many runs are live.
+    pub fn live_count(&self) -> usize {
+        self.lock().len()
     }
 
     pub fn gate(&self) -> &Arc<Gate> {
@@ -637,7 +658,7 @@ impl RunManager {
                     RunError::Internal(format!("cannot find loopback ports for the run's proxies: {e}"))
                 })?)
             };
-        let limits = limits::RunLimits::from_config(&self.env.config.limits)
+        let limits = limits::RunLimits::from_config(&self.config().limits)
             .overridden(request.limits.as_ref())
             .map_err(|e| RunError::BadRequest(format!("run limits: {e}")))?;
         let run_id = RunId::mint()?;
@@ -666,7 +687,8 @@ impl RunManager {
             // installed, and they reach the agent socket itself.
             let helpers = self.agent_helpers(&id, request.adapter == prompt::CLAUDE_CODE_NOSANDBOX);
             let timing = claude_code::HookTiming::for_approvals(self.gate().approvals.timeout().as_millis() as u64);
-            let claude = &self.config().claude_code;
+            let config = self.config();
+            let claude = &config.claude_code;
             let env = claude_code::environment(Some(&claude.base_url));
             let settings = claude_code::settings(timing, &env, claude.model_key, &helpers);
             let mcp = claude_code::mcp_config(&helpers);
@@ -723,7 +745,7 @@ impl RunManager {
             &paths,
             Some(&socket_dir),
             Some(&gateway_socket),
-            &self.env.config,
+            &self.config(),
             envelope_limits,
             loopback.as_ref(),
         );
@@ -763,7 +785,7 @@ impl RunManager {
                 loopback,
                 ..egress::gateway_policy(
                     request.network,
-                    &self.env.egress,
+                    &self.egress(),
                     &egress::WorkspaceEntries { name: &record.workspace, entries: &workspace_egress },
                 )
             },

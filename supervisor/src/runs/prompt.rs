@@ -101,7 +101,8 @@ impl RunManager {
         if prompt.is_empty() || prompt.len() > MAX_PROMPT_BYTES || prompt.contains('\0') {
             return Err(RunError::BadRequest(format!("a prompt must be 1 to {MAX_PROMPT_BYTES} bytes, with no NUL")));
         }
-        let config = &self.config().claude_code;
+        let config = self.config();
+        let config = &config.claude_code;
         let timeout = match timeout_seconds {
             0 => config.prompt_timeout_seconds,
             t if t > config.prompt_max_timeout_seconds => {

@@ -126,6 +126,11 @@ enum Command {
     /// Which of the product's layers reach each adapter on this host (from the live
     /// probe), and the test that tries each claim
     Adapters,
+    /// The supervisor's configuration
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// The checks a person can verify by hand, each with the command that verifies
     /// it: the host's, and with a run's id, probes inside that run's envelope (exits 1
     /// when one fails)
@@ -213,6 +218,13 @@ enum RepoAction {
         #[arg(long, default_value = "default")]
         workspace: String,
     },
+}
+
+#[derive(Subcommand)]
+enum ConfigAction {
+    /// Read config.toml and the rules files again without ending a run (what
+    /// `systemctl reload` and SIGHUP do); an invalid file changes nothing and exits 1
+    Reload,
 }
 
 #[derive(Subcommand)]
@@ -561,6 +573,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let matrix =
                 client.sandbox.list_adapters(pb::ListAdaptersRequest {}).await.map_err(rpc_error)?.into_inner();
             render::adapters(&matrix, cli.json);
+        }
+        Command::Config { action: ConfigAction::Reload } => {
+            let mut client = connect(&socket, &data).await?;
+            let reloaded =
+                client.system.reload_config(pb::ReloadConfigRequest {}).await.map_err(rpc_error)?.into_inner();
+            render::reloaded(&reloaded, cli.json);
         }
         Command::Policy { action } => gate::policy(connect_gate(&socket, &data).await?, action, cli.json).await?,
         Command::Approvals { action } => gate::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?,

@@ -76,6 +76,47 @@ fn describe_step(kind: &str, payload: &Value, show: impl Fn(&str, &str) -> Strin
     }
 }
 
+/// `ccctl config reload`: what was read, what applies now, what waits for a restart,
+/// and what live runs keep.
+pub fn reloaded(r: &pb::ReloadConfigResponse, json: bool) {
+    if json {
+        print_json(&json!({
+            "config_file": r.config_file,
+            "rules_files": r.rules_files,
+            "applied": r.applied,
+            "restart_required": r.restart_required,
+            "fixed_for_live_runs": r.fixed_for_live_runs,
+            "live_runs": r.live_runs,
+            "elapsed_ms": r.elapsed_ms,
+        }));
+        return;
+    }
+    let file =
+        if r.config_file.is_empty() { "no config.toml (the defaults)".to_owned() } else { one_line(&r.config_file) };
+    let rules = match r.rules_files.len() {
+        1 => "1 rules file".to_owned(),
+        n => format!("{n} rules files"),
+    };
+    let mut out =
+        format!("reloaded {file} and {rules} in {} ms; {} live runs kept running\n", r.elapsed_ms, r.live_runs);
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            "nothing".to_owned()
+        } else {
+            items.iter().map(|i| one_line(i)).collect::<Vec<_>>().join(", ")
+        }
+    };
+    out.push_str(&format!("applied now: {}\n", list(&r.applied)));
+    if !r.restart_required.is_empty() {
+        out.push_str(&format!("changed, applied at the next start: {}\n", list(&r.restart_required)));
+    }
+    out.push_str("each live run keeps from its start:\n");
+    for item in &r.fixed_for_live_runs {
+        out.push_str(&format!("  {}\n", one_line(item)));
+    }
+    print(&out);
+}
+
 /// `ccctl adapters`: the matrix as a table, then each cell's words and its proof.
 pub fn adapters(m: &pb::ListAdaptersResponse, json: bool) {
     let word = |c: i32| match pb::Coverage::try_from(c) {
