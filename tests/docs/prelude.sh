@@ -37,11 +37,37 @@ git init -q -b main "$HOME/src/webapp"
 
 # The service, as the install guide leaves it (a guide that installs its own sets
 # CC_DOCS_NO_SUPERVISOR=1).
+# Under the umask systemd gives a service that sets UMask=0077: the supervisor sets
+# its own, so runs work whoever started it.
 if [ -z "${CC_DOCS_NO_SUPERVISOR:-}" ]; then
-    # Under the umask systemd gives a service that sets UMask=0077: the supervisor sets
-    # its own, so runs work whoever started it.
     (umask 077 && exec cc-supervisor --log-format json 2> "$DOCS_TMP/supervisor.log") &
     docs_supervisor_pid=$!
     ccctl status --wait 30 > /dev/null
 fi
 cd "$HOME"
+
+# A reader manages the installed service with systemctl; here the supervisor above
+# plays it, so that the guides show what a reader types (`sudo systemctl reload
+# cc-supervisor`) and it runs. tests/field/run runs the real systemctl against the
+# installed package.
+docs_start_supervisor() {
+    (umask 077 && exec cc-supervisor --log-format json 2>> "$DOCS_TMP/supervisor.log") &
+    docs_supervisor_pid=$!
+    ccctl status --wait 30 > /dev/null
+}
+sudo() { "$@"; }
+systemctl() {
+    local args="$*"
+    case "${args#--user }" in
+        "reload cc-supervisor") ccctl config reload > /dev/null ;;
+        "restart cc-supervisor")
+            kill "$docs_supervisor_pid"
+            wait "$docs_supervisor_pid" || true
+            docs_start_supervisor
+            ;;
+        *)
+            echo "docs prelude: 'systemctl $args' is not played here" >&2
+            return 1
+            ;;
+    esac
+}
