@@ -936,16 +936,24 @@ impl RunManager {
         }
     }
 
-    /// Stops every live run (supervisor shutdown), all within `within`.
+    /// Stops every live run (supervisor shutdown), all at once and within `within`.
+    /// A run that has not stopped by then has its row ended all the same: a clean stop
+    /// never leaves a row saying `running` (its processes die with the supervisor).
     pub async fn stop_all(&self, within: Duration) {
+        const REASON: &str = "the supervisor shut down";
         let ids: Vec<RunId> = self.lock().keys().cloned().collect();
-        let all = async {
-            for id in ids {
-                let _ = self.stop(&id, "the supervisor shut down").await;
+        let all = futures::future::join_all(ids.iter().map(|id| self.stop(id, REASON)));
+        if tokio::time::timeout(within, all).await.is_ok() {
+            return;
+        }
+        let left: Vec<RunId> = self.lock().keys().cloned().collect();
+        tracing::warn!(runs = left.len(), "runs not stopped within the shutdown deadline: their rows are ended now");
+        for id in left {
+            let reason = format!("{REASON} before the run had stopped");
+            if self.env.store.end_run(id.as_str(), RunState::Stopped, now(), &reason).is_ok() {
+                let payload = json!({ "state": "stopped", "reason": reason });
+                self.env.events.record("run_ended", &format!("run:{}", id.as_str()), payload);
             }
-        };
-        if tokio::time::timeout(within, all).await.is_err() {
-            tracing::warn!("runs not stopped within the shutdown deadline");
         }
     }
 }
