@@ -393,6 +393,10 @@ pub struct SandboxConfig {
     /// The microVM guest image (`vmlinux`, `initramfs.gz`, `release`) [default:
     /// `microvm/` beside the helper binaries].
     pub microvm_image: Option<PathBuf>,
+    /// No run may start unwrapped: without a native backend the supervisor refuses to
+    /// start, as with `--sandbox native` (srt's `failIfUnavailable`).
+    #[serde(default)]
+    pub require: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

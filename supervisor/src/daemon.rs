@@ -92,6 +92,8 @@ pub enum StartError {
     Secret(#[from] cc_proto::secret::SecretError),
     #[error("--sandbox native was asked for, but {0}")]
     NativeUnavailable(String),
+    #[error("[sandbox] require = true, but {0}: no run may start unwrapped")]
+    SandboxRequired(String),
     #[error("cannot tell where the helper binaries are ({0}): pass their directory")]
     HelperDir(std::io::Error),
     #[error("the client API failed: {0}")]
@@ -141,6 +143,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         .map_err(|e| StartError::NativeUnavailable(format!("the probe failed: {e}")))?;
     if options.sandbox == SandboxChoice::Native && probe.backend != Backend::Native {
         return Err(StartError::NativeUnavailable(probe.line()));
+    }
+    if config.sandbox.require && probe.backend != Backend::Native {
+        return Err(StartError::SandboxRequired(probe.line()));
     }
     say(&probe.line());
 

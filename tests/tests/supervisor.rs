@@ -354,3 +354,23 @@ async fn a_descriptor_leaked_by_the_parent_reaches_no_helper() {
     }
     drop(leaked);
 }
+
+/// `[sandbox] require = true`: without a native backend nothing starts, with the
+/// probe's reason in one line, rather than every run going unwrapped.
+#[test]
+fn a_required_sandbox_that_is_missing_stops_start_up_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = "[sandbox]\nbwrap = \"/nonexistent/bwrap\"\nrequire = true\n";
+    let options = Options { config: Some(config.into()), ..Default::default() };
+    let refused = Supervisor::try_start_on(&tmp.path().join("data"), options).err().expect("it started unwrapped");
+    assert!(refused.contains("[sandbox] require = true, but sandbox backend=none (bubblewrap not found"), "{refused}");
+    assert!(refused.contains("no run may start unwrapped"), "{refused}");
+    // Without the key the same host starts, unwrapped and saying so.
+    let options = Options { config: Some("[sandbox]\nbwrap = \"/nonexistent/bwrap\"\n".into()), ..Default::default() };
+    let sup = Supervisor::start_on(&tmp.path().join("data2"), options);
+    assert!(
+        sup.stdout_lines[0].starts_with("cc-supervisor: sandbox backend=none (bubblewrap not found"),
+        "{:?}",
+        sup.stdout_lines
+    );
+}
