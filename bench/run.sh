@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 cargo build --release --workspace --bins
 ./target/release/cc-bench supervisor
 ./target/release/cc-bench gate
+./target/release/cc-bench paths
 if command -v rg >/dev/null; then ./target/release/cc-bench search; else echo "cc-bench search skipped: rg (ripgrep) is not installed"; fi
 # srt (the sandbox-runtime npm package) for the launch comparison, installed here,
 # beside the build, never committed.

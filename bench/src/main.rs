@@ -22,6 +22,8 @@
 //!   QEMU's memory.
 //! * `terminals`: a hosted terminal's keystroke echo and `cat` throughput against a
 //!   local pty.
+//! * `paths`: opening beneath a root by cc-host's component walk (where `openat2` is
+//!   filtered) vs `openat2` vs a plain `openat`.
 #![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixDatagram;
@@ -41,6 +43,7 @@ mod limits;
 mod load;
 mod microvm;
 mod neighbours;
+mod paths;
 mod runs;
 mod sandbox;
 mod search;
@@ -61,9 +64,10 @@ fn main() -> anyhow::Result<()> {
         "adapters" => adapters::run(),
         "terminals" => terminals::run(),
         "microvm" => microvm::run(),
+        "paths" => paths::run(),
         other => {
             bail!(
-                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, terminals, microvm)"
+                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, terminals, microvm, paths)"
             )
         }
     }
