@@ -92,6 +92,13 @@ const MIGRATIONS: &[&str] = &[
         denied INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (run, host, port)
     );",
+    // 7: the default workspace was made with 0 for its creation time (shown as
+    // 1970-01-01): it dates from the data directory's first event, or from now.
+    "UPDATE workspaces
+        SET created_unix_ms = COALESCE(
+            (SELECT MIN(time_unix_ms) FROM events),
+            CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+        WHERE name = 'default' AND created_unix_ms = 0;",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -251,6 +258,19 @@ mod tests {
         assert_eq!(store.events_after(a.id, 100).unwrap(), vec![b.clone()]);
         assert_eq!(store.events_after(u64::MAX, 100).unwrap(), vec![]);
         assert_eq!(store.last_event_id().unwrap(), b.id);
+    }
+
+    #[test]
+    fn the_default_workspace_is_dated_when_the_store_is_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(&tmp.path().join("state.db")).unwrap();
+        let created: i64 = store
+            .conn()
+            .unwrap()
+            .query_row("SELECT created_unix_ms FROM workspaces WHERE name = 'default'", [], |r| r.get(0))
+            .unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        assert!((now - created).abs() < 60_000, "created {created}, now {now}");
     }
 
     #[test]

@@ -96,7 +96,7 @@ fn exec_outside_a_checkout_names_the_fix_that_helps() {
 #[test]
 fn events_of_an_unknown_run_are_an_error() {
     let sup = Supervisor::start(Options::default());
-    for args in [&["run", "events", "no-such-run"][..], &["--json", "run", "events", "no-such-run"]] {
+    for args in [&["run", "events", "no-such-run"][..], &["run", "events", "no-such-run", "--follow"]] {
         let out = sup.ccctl(args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} exited 0");
@@ -104,4 +104,55 @@ fn events_of_an_unknown_run_are_an_error() {
         assert!(err.starts_with("ccctl: ") && err.contains("no-such-run"), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
+}
+
+/// `--json`'s one convention (docs/reference/cli.md): every error is one JSON object
+/// on stderr with the message, the API's reason (or null) and the exit status it
+/// exits with; times are RFC 3339 strings, null where there is none.
+#[test]
+fn with_json_every_error_is_one_json_object_and_every_time_one_format() {
+    let f = cc_tests::runs::fixture(None);
+    let run = f.start_run("chat");
+    let cases: &[(&[&str], Option<&str>)] = &[
+        (&["run", "show", "no-such-run"], Some("RUN_NOT_FOUND")),
+        (&["run", "events", "no-such-run"], Some("RUN_NOT_FOUND")),
+        (&["run", "stop", "no-such-run"], Some("RUN_NOT_FOUND")),
+        (&["tool", "no-such-run", "read", "README.md"], Some("RUN_NOT_FOUND")),
+        (&["conversation", "rm", "no-such-conversation"], Some("CONVERSATION_NOT_FOUND")),
+        (&["repo", "rm", "no-such-repo"], Some("REPOSITORY_NOT_FOUND")),
+        (&["helpers", "restart", "no-such-helper"], Some("HELPER_NOT_FOUND")),
+        (&["terminal", "rm", "no-such-terminal"], Some("TERMINAL_NOT_FOUND")),
+        (&["tool", &run, "bash", "--", "rm -rf /"], Some("GATE_DENIED")),
+        (&["tool", &run, "read", "/etc/shadow"], Some("CONFINEMENT_REFUSED")),
+        (&["bogus-command"], None),
+    ];
+    for (args, reason) in cases {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = f.sup.ccctl(&all);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        let error: serde_json::Value =
+            serde_json::from_str(&err).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {err}"));
+        assert!(
+            error["error"].as_str().is_some_and(|m| !m.is_empty() && !m.starts_with("ccctl: ")),
+            "{args:?}: {error}"
+        );
+        assert_eq!(error["reason"].as_str(), *reason, "{args:?}: {error}");
+        assert_eq!(error["exit_code"].as_i64(), out.status.code().map(i64::from), "{args:?}: {error}");
+    }
+
+    let rfc3339 =
+        |v: &serde_json::Value| v.as_str().is_some_and(|t| t.len() == 24 && t.ends_with('Z') && t.contains('T'));
+    let shown = f.sup.ccctl_json(&["run", "show", &run]);
+    assert!(rfc3339(&shown["started"]), "{shown}");
+    assert!(shown["ended"].is_null(), "{shown}");
+    assert!(shown.as_object().unwrap().keys().all(|k| !k.ends_with("_unix_ms")), "{shown}");
+    let workspaces = f.sup.ccctl_json(&["workspace", "list"]);
+    let default = workspaces.as_array().unwrap().iter().find(|w| w["name"] == "default").unwrap().clone();
+    assert!(rfc3339(&default["created"]) && !default["created"].as_str().unwrap().starts_with("1970"), "{default}");
+    let status = f.sup.ccctl_json(&["status"]);
+    let probe = f.sup.ccctl_json(&["sandbox", "probe"]);
+    assert!(status["limits"].is_string() && probe["limits"].is_string(), "{status} {probe}");
 }

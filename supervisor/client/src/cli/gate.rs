@@ -242,7 +242,7 @@ fn question_json(q: &pb::ApprovalQuestion) -> Value {
         "command_line": a.command_line,
         "effects": effects(&a.effects),
         "reason": q.verdict.as_ref().map(|v| v.reason.clone()),
-        "deadline_unix_ms": cc_proto::time::unix_ms(q.expire_time.as_ref()),
+        "deadline": super::render::json_time(q.expire_time.as_ref()),
     })
 }
 

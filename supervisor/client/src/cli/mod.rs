@@ -350,7 +350,9 @@ pub fn main() -> ExitCode {
         Err(e) => {
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("invalid usage").trim_start_matches("error: ");
-            eprintln!("ccctl: {} (see ccctl --help)", render::one_line(first));
+            // Not parsed, so --json is looked for by hand.
+            let json = std::env::args().skip(1).take_while(|a| a != "--").any(|a| a == "--json");
+            say_error(&format!("{} (see ccctl --help)", render::one_line(first)), None, 2, json);
             return ExitCode::from(2);
         }
     };
@@ -361,25 +363,52 @@ pub fn main() -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => return fail(anyhow!("cannot start the async runtime: {e}")),
+        Err(e) => return fail(anyhow!("cannot start the async runtime: {e}"), cli.json),
     };
+    let json = cli.json;
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e),
+        Err(e) => fail(e, json),
     }
 }
 
-fn fail(error: anyhow::Error) -> ExitCode {
+fn fail(error: anyhow::Error, json: bool) -> ExitCode {
     if let Some(exit) = error.downcast_ref::<ExitWith>() {
         if let Some(message) = &exit.message {
-            eprintln!("ccctl: {}", render::one_line(message));
+            say_error(&render::one_line(message), exit.reason.as_deref(), exit.code, json);
         }
         return ExitCode::from(exit.code);
     }
+    let reason = error.downcast_ref::<Refused>().and_then(|r| r.reason.clone());
     // `{:#}` keeps the context chain on one line.
-    eprintln!("ccctl: {}", render::one_line(&format!("{error:#}")));
+    say_error(&render::one_line(&format!("{error:#}")), reason.as_deref(), 1, json);
     ExitCode::FAILURE
 }
+
+/// An error on stderr: `ccctl: MESSAGE`, or with `--json` one JSON object,
+/// `{"error": MESSAGE, "reason": REASON or null, "exit_code": N}`.
+fn say_error(message: &str, reason: Option<&str>, code: u8, json: bool) {
+    if json {
+        eprintln!("{}", serde_json::json!({ "error": message, "reason": reason, "exit_code": code }));
+    } else {
+        eprintln!("ccctl: {message}");
+    }
+}
+
+/// A refusal from the supervisor, with its `google.rpc.ErrorInfo` reason when it has one.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    message: String,
+    reason: Option<String>,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// An ending with a status of its own (a denial, a command's exit status), and the
 /// line to say, if any.
@@ -387,15 +416,22 @@ fn fail(error: anyhow::Error) -> ExitCode {
 pub(crate) struct ExitWith {
     code: u8,
     message: Option<String>,
+    /// The supervisor's reason, when the ending is its refusal.
+    reason: Option<String>,
 }
 
 impl ExitWith {
     pub(crate) fn error(code: u8, message: &str) -> anyhow::Error {
-        anyhow::Error::new(ExitWith { code, message: Some(message.to_owned()) })
+        anyhow::Error::new(ExitWith { code, message: Some(message.to_owned()), reason: None })
+    }
+
+    /// A refusal the supervisor gave with `reason`, ending ccctl with `code`.
+    pub(crate) fn refusal(code: u8, message: &str, reason: String) -> anyhow::Error {
+        anyhow::Error::new(ExitWith { code, message: Some(message.to_owned()), reason: Some(reason) })
     }
 
     pub(crate) fn silent(code: u8) -> anyhow::Error {
-        anyhow::Error::new(ExitWith { code, message: None })
+        anyhow::Error::new(ExitWith { code, message: None, reason: None })
     }
 }
 
@@ -751,8 +787,8 @@ async fn wait_for_serving(
 /// A status from the supervisor, as one line.
 pub(crate) fn rpc_error(status: tonic::Status) -> anyhow::Error {
     // A refusal of ours says what it is; only a bare transport failure is the connection.
-    if crate::refusal::reason(&status).is_some() {
-        return anyhow!("{}", status.message());
+    if let Some(reason) = crate::refusal::reason(&status) {
+        return anyhow::Error::new(Refused { message: status.message().to_owned(), reason: Some(reason.to_owned()) });
     }
     match status.code() {
         tonic::Code::Unavailable if status.message().contains("transport") || status.message().is_empty() => {

@@ -186,6 +186,15 @@ fn print_json(value: &Value) {
     print(&format!("{value}\n"));
 }
 
+/// A time in `--json` output: RFC 3339 in UTC, to the millisecond, as every command
+/// gives times (docs/reference/cli.md); null where there is none (a run not ended).
+pub fn json_time(timestamp: Option<&cc_proto::Timestamp>) -> Value {
+    match timestamp {
+        Some(t) if cc_proto::time::unix_ms(Some(t)) > 0 => Value::from(time(Some(t))),
+        _ => Value::Null,
+    }
+}
+
 pub fn time(timestamp: Option<&cc_proto::Timestamp>) -> String {
     let ms = cc_proto::time::unix_ms(timestamp);
     let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);

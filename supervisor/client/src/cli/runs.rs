@@ -176,8 +176,8 @@ fn stdin_text(what: &str) -> anyhow::Result<Vec<u8>> {
 /// runner's confinement): `ccctl: denied: …` / `ccctl: refused: …` and [`EXIT_DENIED`].
 pub fn tool_error(status: tonic::Status) -> anyhow::Error {
     let denied = [reasons::GATE_DENIED, reasons::NO_APPROVER, reasons::CONFINEMENT_REFUSED];
-    if crate::refusal::reason(&status).is_some_and(|r| denied.contains(&r.as_str())) {
-        return ExitWith::error(EXIT_DENIED, status.message());
+    if let Some(reason) = crate::refusal::reason(&status).filter(|r| denied.contains(&r.as_str())) {
+        return ExitWith::refusal(EXIT_DENIED, status.message(), reason);
     }
     rpc_error(status)
 }
@@ -198,8 +198,8 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
         "mode": super::render::mode_name(r.mode), "adapter": r.adapter, "agent_command": r.agent_command,
         "network": r.network,
         "state": state_name(r.state), "runner_pid": r.runner_pid,
-        "started_unix_ms": cc_proto::time::unix_ms(r.start_time.as_ref()),
-        "ended_unix_ms": cc_proto::time::unix_ms(r.end_time.as_ref()), "end_reason": r.end_reason, "tools": r.tools,
+        "started": super::render::json_time(r.start_time.as_ref()),
+        "ended": super::render::json_time(r.end_time.as_ref()), "end_reason": r.end_reason, "tools": r.tools,
         "work_dir": lossy(&r.work_dir),
         "resources": super::limits::resources_json(r.resources.as_ref()),
         "git_gateway_bridged": r.git_gateway_bridged, "git_gateway_port": r.git_gateway_port,
