@@ -15,10 +15,16 @@ fn supervisor_with(data: &Path, checkout: &Path) -> Supervisor {
     sup
 }
 
+/// The new conversation's id and copy, or the error's message as `--json` gives it
+/// (one object on stderr, its exit code the process's own).
 fn new_conversation(sup: &Supervisor, backend: &str) -> Result<(String, PathBuf), String> {
     let out = sup.ccctl(&["--json", "conversation", "new", "--repo", "demo", "--worktree-backend", backend]);
     if !out.status.success() {
-        return Err(String::from_utf8(out.stderr).unwrap());
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let error: serde_json::Value =
+            serde_json::from_str(&stderr).unwrap_or_else(|e| panic!("not one JSON object ({e}): {stderr}"));
+        assert_eq!(error["exit_code"].as_i64(), out.status.code().map(i64::from), "{error}");
+        return Err(error["error"].as_str().unwrap().to_owned());
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     Ok((v["id"].as_str().unwrap().to_owned(), PathBuf::from(v["repos"][0]["path"].as_str().unwrap())))
@@ -97,7 +103,7 @@ fn ext4_refuses_reflink_leaves_nothing_and_copy_then_works() {
     let pristine = snapshot(&checkout);
     let sup = supervisor_with(&fs.path.join("data"), &checkout);
     let err = new_conversation(&sup, "reflink").unwrap_err();
-    assert!(err.starts_with("ccctl: cannot provision repository demo: filesystem ext4 at "), "{err}");
+    assert!(err.starts_with("cannot provision repository demo: filesystem ext4 at "), "{err}");
     for fix in ["cannot reflink", "btrfs, xfs (reflink=1) or APFS", "--worktree-backend copy", "git-worktree"] {
         assert!(err.contains(fix), "{fix}: {err}");
     }
