@@ -89,14 +89,13 @@ impl ProbeResult {
 /// Runs the probe. `bwrap` overrides the PATH lookup (configuration). As root, the test
 /// launch runs as an unprivileged user, as every real launch does.
 pub fn probe(choice: SandboxChoice, bwrap: Option<&Path>) -> ProbeResult {
-    let mut result =
+    let result =
         if choice == SandboxChoice::Off { ProbeResult::none("--sandbox off".into()) } else { native_probe(bwrap) };
     // Said whatever the backend: the runner's file tools and a root supervisor's
     // walks use it with or without an envelope.
     #[cfg(target_os = "linux")]
-    {
-        result.detail = format!("{}; {}", result.detail, crate::resolve::Resolver::describe());
-    }
+    let result =
+        ProbeResult { detail: format!("{}; {}", result.detail, crate::resolve::Resolver::describe()), ..result };
     result
 }
 
