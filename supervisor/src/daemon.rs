@@ -29,7 +29,7 @@ use tonic::transport::Server;
 
 use crate::api::SupervisorApi;
 use crate::channels::HelperChannels;
-use crate::config::{Config, ConfigError};
+use crate::config::ConfigError;
 use crate::conversations::Conversations;
 use crate::events::EventLog;
 use crate::gate::service::GateService;
@@ -112,19 +112,13 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     data.prepare()?;
     let _lock = DataDirLock::acquire(&data.lock_file())?;
 
-    // 2. Configuration: an invalid file stops start-up; it is never half-applied.
-    let config = match &options.config {
-        Some(path) => Config::load(path)?,
-        None if data.config_file().exists() => Config::load(&data.config_file())?,
-        None => Config::default(),
-    };
+    // 2. Configuration: an invalid file stops start-up; it is never half-applied. The
+    //    same source is read again on every reload.
+    let config_source = crate::reload::ConfigSource { named: options.config.clone(), default_file: data.config_file() };
+    let (_, config_base, config) = config_source.read()?;
 
-    // 3. The gate's rules: a rules file that does not load stops start-up, never a
-    //    silent fall back to the defaults.
-    let config_base = match &options.config {
-        Some(path) => path.parent().map(Path::to_owned).unwrap_or_default(),
-        None => data.root().to_owned(),
-    };
+    // 3. The gate's rules (below, once the event log exists): a rules file that does
+    //    not load stops start-up, never a silent fall back to the defaults.
 
     // 4. State.
     let store = Arc::new(Store::open(&data.state_db())?);
@@ -291,7 +285,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     // 7b. Reloads (ccctl config reload, systemctl reload, SIGHUP): the same files,
     //     read again; live runs keep running.
     let reloader = Arc::new(crate::reload::Reloader::new(
-        crate::reload::ConfigSource { named: options.config.clone(), default_file: data.config_file() },
+        config_source,
         config.clone(),
         gate.clone(),
         runs.clone(),

@@ -70,6 +70,10 @@ pub struct ConfigSource {
 impl ConfigSource {
     /// The file to read now, and the directory relative rules paths start from.
     fn locate(&self) -> (Option<PathBuf>, PathBuf) {
+        // By path: the file named on the command line is the person's, and the
+        // default is in the data directory's top, which is root's (or ours) and
+        // writable by no one else; no agent writes either. `Config::load` then refuses
+        // a file others can write.
         let file = match &self.named {
             Some(path) => Some(path.clone()),
             None => self.default_file.exists().then(|| self.default_file.clone()),
@@ -81,7 +85,8 @@ impl ConfigSource {
         (file, base)
     }
 
-    fn read(&self) -> Result<(Option<PathBuf>, PathBuf, Config), ConfigError> {
+    /// The file read (if any), the rules' base directory, and the configuration.
+    pub fn read(&self) -> Result<(Option<PathBuf>, PathBuf, Config), ConfigError> {
         let (file, base) = self.locate();
         let config = match &file {
             Some(path) => Config::load(path)?,
