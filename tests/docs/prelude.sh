@@ -1,6 +1,6 @@
 # Sourced before each guide's runnable blocks (see tests/tests/docs.rs and docs/README.md).
-# It gives the guide what a reader of it already has: the binaries on PATH, a home with
-# one git checkout in it (~/src/webapp), and a supervisor running on its own data
+# It gives the guide what a reader of it already has: the binaries on PATH, a home (the
+# guides make the checkout they work on), git's identity, and a supervisor running on its own data
 # directory (CC_DATA_DIR, which ccctl and cc-supervisor both read). Everything lives in
 # one temporary directory that the EXIT trap removes, after stopping that supervisor.
 set -euo pipefail
@@ -8,10 +8,14 @@ set -euo pipefail
 : "${CC_DOCS_BIN:?set CC_DOCS_BIN to the directory holding ccctl and cc-supervisor}"
 export PATH="$CC_DOCS_BIN:$PATH"
 
-DOCS_TMP=$(mktemp -d)
+# CC_DOCS_TMP: the test names it, to read the guide's paths back as the guides spell them.
+DOCS_TMP=${CC_DOCS_TMP:-$(mktemp -d)}
+mkdir -p "$DOCS_TMP"
 # Traversable by the service user, like a real home directory.
 chmod 711 "$DOCS_TMP"
-export HOME="$DOCS_TMP/home" CC_DATA_DIR="$DOCS_TMP/data"
+export HOME="$DOCS_TMP/home"
+# The supervisor's data directory; a guide that starts its own names its own.
+[ -n "${CC_DOCS_NO_SUPERVISOR:-}" ] || export CC_DATA_DIR="$DOCS_TMP/data"
 mkdir -p "$HOME/src" && chmod 711 "$HOME" "$HOME/src"
 export GIT_AUTHOR_NAME=Reader GIT_AUTHOR_EMAIL=reader@localhost
 export GIT_COMMITTER_NAME=Reader GIT_COMMITTER_EMAIL=reader@localhost
@@ -22,18 +26,10 @@ docs_cleanup() {
         kill "$docs_supervisor_pid" 2>/dev/null || true
         wait "$docs_supervisor_pid" 2>/dev/null || true
     fi
-    rm -rf "$DOCS_TMP"
+    # A directory the test named is the test's to remove (an unprivileged guide could not).
+    [ -n "${CC_DOCS_TMP:-}" ] || rm -rf "$DOCS_TMP"
 }
 trap docs_cleanup EXIT
-
-# A small project to work on.
-git init -q -b main "$HOME/src/webapp"
-(
-    cd "$HOME/src/webapp"
-    printf '# webapp\n' > README.md
-    mkdir -p src && printf 'def greet(name):\n    return "hello " + name\n' > src/app.py
-    git add . && git commit -qm "first commit"
-)
 
 # The service, as the install guide leaves it (a guide that installs its own sets
 # CC_DOCS_NO_SUPERVISOR=1).
@@ -51,7 +47,8 @@ cd "$HOME"
 # cc-supervisor`) and it runs. tests/field/run runs the real systemctl against the
 # installed package.
 docs_start_supervisor() {
-    (umask 077 && exec cc-supervisor --log-format json 2>> "$DOCS_TMP/supervisor.log") &
+    # Its start-up lines go where systemd would put them: not to the reader's terminal.
+    (umask 077 && exec cc-supervisor --log-format json >> "$DOCS_TMP/supervisor.log" 2>&1) &
     docs_supervisor_pid=$!
     ccctl status --wait 30 > /dev/null
 }

@@ -1,13 +1,17 @@
 //! The guides in docs/guides/ cannot rot: every shell block in them is run here, as the
 //! reader would run it, against the real binaries and a real supervisor
-//! (tests/docs/prelude.sh), or is marked as shown-only with its reason.
+//! (tests/docs/prelude.sh), or is marked as shown-only with its reason; what a guide
+//! shows a block printing is what it printed (`cc_package::shown`).
 
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cc_package::guides;
+use cc_package::shown::{self, Paths};
 use cc_tests::{bin, privileged, wait_with_limit};
 
 /// A guide is a few minutes of a person's time; far less of a machine's.
@@ -76,6 +80,7 @@ fn the_guides_run() {
         if guide.runnable == 0 {
             continue;
         }
+        let tmp = work.path().join(format!("{name}.tmp"));
         let script = work.path().join(format!("{name}.sh"));
         std::fs::write(&script, &guide.script).expect("script");
         let log = work.path().join(format!("{name}.log"));
@@ -88,6 +93,7 @@ fn the_guides_run() {
             .arg(&prelude)
             .arg(&script)
             .env("CC_DOCS_BIN", &bins)
+            .env("CC_DOCS_TMP", &tmp)
             .env_remove("CC_DATA_DIR")
             .env_remove("CC_SOCKET")
             .stdin(Stdio::null())
@@ -98,15 +104,46 @@ fn the_guides_run() {
         if guide.no_supervisor {
             command.env("CC_DOCS_NO_SUPERVISOR", "1");
         }
+        if guide.unprivileged {
+            // As a person who is not root: `nobody`, in a directory of its own.
+            let nobody = nix::unistd::User::from_name("nobody").expect("users").expect("a user nobody");
+            std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+            std::fs::create_dir(&tmp).expect("the guide's directory");
+            nix::unistd::chown(&tmp, Some(nobody.uid), Some(nobody.gid)).expect("chown");
+            command.uid(nobody.uid.as_raw()).gid(nobody.gid.as_raw());
+        }
         let mut child = command.spawn().expect("bash");
         let status = wait_with_limit(&mut child, GUIDE_LIMIT);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        failures.extend(shown_but_not_printed(&guide, &text, &tmp, &bins));
         if !status.success() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
             failures.push(format!("docs/guides/{name} failed ({status}); the last lines:\n{}", tail.join("\n")));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Each block whose `text` block is not what it printed, as `docs/guides/NAME:LINE: …`.
+fn shown_but_not_printed(guide: &guides::GuideScript, log: &str, tmp: &Path, bins: &Path) -> Vec<String> {
+    let path = |p: &str| tmp.join(p).display().to_string();
+    // The binaries where the install guide's "from source" puts them.
+    let paths = Paths::default()
+        .with(&bins.display().to_string(), "/opt/control-center")
+        .with(&path("home"), "/home/me")
+        .with(&path("data"), "/var/lib/control-center")
+        .with(&tmp.display().to_string(), "/tmp");
+    let at: Vec<String> = guide.blocks.iter().map(|b| b.at.clone()).collect();
+    let printed: HashMap<String, String> = shown::split(log, &at).into_iter().collect();
+    let mut failures = Vec::new();
+    for block in &guide.blocks {
+        let Some(shown) = &block.shown else { continue };
+        let Some(output) = printed.get(&block.at) else { continue };
+        if let Err(mismatch) = shown::compare(shown, output, &paths) {
+            failures.push(format!("docs/guides/{}: {mismatch}; it printed:\n{output}", block.at));
+        }
+    }
+    failures
 }
 
 #[test]

@@ -8,4 +8,5 @@ pub mod config_reference;
 pub mod guides;
 pub mod man;
 pub mod markdown;
+pub mod shown;
 pub mod stage;

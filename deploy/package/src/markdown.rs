@@ -2,12 +2,13 @@
 //! and pipe tables. Pure, so that it is tested on its own.
 
 /// A fenced code block: its info string (what follows the opening fence), its body, and
-/// the 1-based line of its opening fence.
+/// the 1-based lines of its opening and closing fences.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
     pub info: String,
     pub body: String,
     pub line: usize,
+    pub end: usize,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -34,7 +35,7 @@ pub fn fences(text: &str) -> Result<Vec<Fence>, MarkdownError> {
                     && trimmed.trim_end().chars().all(|c| c == marker.chars().next().unwrap_or('`'));
                 if closes {
                     if let Some((_, info, line, body)) = open.take() {
-                        out.push(Fence { info, body, line });
+                        out.push(Fence { info, body, line, end: index + 1 });
                     }
                 } else {
                     body.push_str(line);
@@ -91,7 +92,7 @@ mod tests {
         let text = "# t\n\n```sh run\necho a\n```\n\ntext\n\n~~~text\nout\n~~~\n";
         let found = fences(text).unwrap();
         assert_eq!(found.len(), 2);
-        assert_eq!(found[0], Fence { info: "sh run".into(), body: "echo a\n".into(), line: 3 });
+        assert_eq!(found[0], Fence { info: "sh run".into(), body: "echo a\n".into(), line: 3, end: 5 });
         assert_eq!(found[1].info, "text");
         assert_eq!(found[1].body, "out\n");
     }
