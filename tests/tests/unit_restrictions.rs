@@ -76,6 +76,18 @@ fn a_read_only_proc_sys_is_named_as_the_reason_no_envelope_can_be_built() {
         line.contains("/proc/sys is read-only here, as systemd's ProtectKernelTunables= or a container makes it"),
         "{line}"
     );
+    // A command run there says, before its output, that it runs unwrapped and why.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let repo = cc_tests::fs::make_checkout(&home.path().join("repo"));
+    let out = sup.ccctl(&["exec", "--repo", repo.to_str().unwrap(), "--worktree-backend", "copy", "--", "echo", "ran"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(stdout, "ran\n", "{stderr}");
+    assert!(
+        stderr.starts_with("ccctl: note: this command runs unwrapped (no OS sandbox: bubblewrap ")
+            && stderr.contains("/proc/sys is read-only here"),
+        "{stderr}"
+    );
     // Asked for native, it refuses to start, with the same line.
     let tmp = tempfile::tempdir().unwrap();
     let mut strict =

@@ -230,7 +230,7 @@ async fn main_job(
     }
     let line = runs::command_line(&args.command)?;
     let outcome = tokio::select! {
-        outcome = runs::bash(runs_client, &run.run_id, line, args.timeout) => outcome?,
+        outcome = runs::bash(runs_client, Some(client.sandbox.clone()), &run.run_id, line, args.timeout) => outcome?,
         _ = tokio::signal::ctrl_c() => return Err(ExitWith::error(EXIT_INTERRUPTED, "interrupted: the command was killed")),
     };
     outcome.status()

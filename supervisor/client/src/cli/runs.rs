@@ -19,6 +19,8 @@ use super::gate::ModeArg;
 use super::render::one_line;
 use super::{ExitWith, rpc_error};
 use crate::Runs;
+use cc_proto::supervisor::v1::sandbox_client::SandboxClient;
+use tonic::transport::Channel;
 
 /// A command denied by the gate, or a path refused by confinement (documented).
 pub const EXIT_DENIED: u8 = 125;
@@ -404,8 +406,15 @@ pub fn command_line(command: &[String]) -> anyhow::Result<String> {
     }
 }
 
-/// Runs one bash call, streaming its output to ours.
-pub async fn bash(client: &mut Runs, run_id: &str, command: String, timeout: u32) -> anyhow::Result<BashOutcome> {
+/// Runs one bash call, streaming its output to ours. A command that runs without an
+/// envelope says so first, with the probe's reason when `sandbox` can ask for it.
+pub async fn bash(
+    client: &mut Runs,
+    sandbox: Option<SandboxClient<Channel>>,
+    run_id: &str,
+    command: String,
+    timeout: u32,
+) -> anyhow::Result<BashOutcome> {
     let tool = Tool::Bash(pb::BashArgs { command, timeout_seconds: timeout });
     let request = pb::CallToolRequest { run_id: run_id.to_owned(), tool: Some(tool) };
     let mut stream = client.call_tool(request).await.map_err(tool_error)?.into_inner();
@@ -422,12 +431,28 @@ pub async fn bash(client: &mut Runs, run_id: &str, command: String, timeout: u32
             }
             Some(Event::Exit(exit)) => outcome.exit = Some(exit),
             Some(Event::Envelope(kind)) if super::words::envelope_name(kind) != "native" => {
-                eprintln!("ccctl: note: this command runs {} (no OS sandbox)", super::words::envelope_name(kind));
+                let why = match sandbox.clone() {
+                    Some(sandbox) => why_unwrapped(sandbox).await,
+                    None => "`ccctl sandbox probe` says why".to_owned(),
+                };
+                eprintln!(
+                    "ccctl: note: this command runs {} (no OS sandbox: {why})",
+                    super::words::envelope_name(kind)
+                );
             }
             _ => {}
         }
     }
     Ok(outcome)
+}
+
+/// The probe's one line on why there is no envelope, or where to read it.
+async fn why_unwrapped(mut sandbox: SandboxClient<Channel>) -> String {
+    let asked = sandbox.get_probe(pb::GetProbeRequest {});
+    match tokio::time::timeout(std::time::Duration::from_secs(2), asked).await {
+        Ok(Ok(probe)) => one_line(&probe.into_inner().detail),
+        _ => "`ccctl sandbox probe` says why".to_owned(),
+    }
 }
 
 pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bool) -> anyhow::Result<()> {
@@ -445,7 +470,7 @@ pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bo
         }
         ToolAction::Bash { timeout, command } => {
             let line = command_line(&command)?;
-            let outcome = bash(&mut client, &run_id, line, timeout).await?;
+            let outcome = bash(&mut client, None, &run_id, line, timeout).await?;
             return match outcome.status()? {
                 0 => Ok(()),
                 code => Err(ExitWith::silent(code)),
