@@ -24,7 +24,7 @@ ensure_rootfs() {
     mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
     [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
     [ -n "$mirror" ] || fail "no Debian mirror in this machine's apt sources to debootstrap from"
-    rm -rf "$cache/rootfs.tmp" "$cache/rootfs"
+    rm -rf --one-file-system "$cache/rootfs.tmp" "$cache/rootfs"
     started=$(date +%s%N)
     debootstrap --variant=minbase --include="$rootfs_packages" bookworm "$cache/rootfs.tmp" "$mirror" \
         > "$cache/debootstrap.log" 2>&1 || fail "debootstrap failed (see $cache/debootstrap.log)"

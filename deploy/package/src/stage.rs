@@ -20,7 +20,7 @@ pub const BINARIES: [&str; 9] =
 pub enum StageError {
     #[error("cannot strip {path} ({why}); install binutils")]
     Strip { path: PathBuf, why: String },
-    #[error("{path}: {source}; build the release binaries first (cargo build --release --workspace --bins)")]
+    #[error("{path}: {source}; build the release binaries first (cargo build-product)")]
     MissingBinary { path: PathBuf, source: io::Error },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
