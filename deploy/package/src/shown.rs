@@ -64,6 +64,8 @@ static SHAPES: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
         // A helper's PID column, after its state.
         (r"\b(running|starting|stopping) \d+\b", "$1 <n>"),
         (r"\b\d+(\.\d+)? ?(ms|µs)\b", "<n> ms"),
+        // What the host has installed: bubblewrap 0.8.0, qemu 7.2.22, a 6.1.0-57-cloud-amd64 kernel.
+        (r"\b\d+\.\d+\.\d+(-[0-9A-Za-z][0-9A-Za-z.+~-]*)?\b", "<version>"),
         (r"\b\d+\.\d+\b", "<n.n>"),
     ]
     .into_iter()
@@ -146,6 +148,7 @@ mod tests {
         assert!(ok("created 2026-12-06T08:24:57.593Z\n", "created 2027-01-01T00:00:00Z\n"));
         assert!(ok("bridged as 127.0.0.1:41418\n", "bridged as 127.0.0.1:5\n"));
         assert!(ok("took 12 ms, 0.25 s\n", "took 3.5 ms, 10.00 s\n"));
+        assert!(ok("qemu 7.2.22, image 6.1.0-57-cloud-amd64)\n", "qemu 8.0.1, image 6.1.0-60-cloud-amd64)\n"));
         assert!(ok("ok\n\n\n", "ok"));
         assert!(ok("sandboxd  running   7983     0\n", "sandboxd running 12 0\n"));
         assert!(ok(r#"{"pid":22947,"runner_pid": 3}"#, r#"{"pid":1,"runner_pid": 99}"#));
