@@ -445,14 +445,14 @@ impl EgressConfig {
                 self.handshake_timeout_ms
             ));
         }
-        use cc_gateway::egress::allowlist::Entry;
+        use cc_policy::egress::allowlist::Entry;
         for (key, list) in [("registries", &self.registries), ("allow", &self.allow), ("telemetry", &self.telemetry)] {
             for entry in list {
                 Entry::parse(entry, key).map_err(|e| format!("[egress] {key}: {e}"))?;
             }
         }
         for (host, addresses) in &self.resolve {
-            cc_gateway::egress::host::canonical(host).map_err(|e| format!("[egress.resolve] {host:?}: {e}"))?;
+            cc_policy::egress::host::canonical(host).map_err(|e| format!("[egress.resolve] {host:?}: {e}"))?;
             if addresses.is_empty() {
                 return Err(format!("[egress.resolve] {host:?}: name at least one address"));
             }

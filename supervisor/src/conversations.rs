@@ -585,7 +585,7 @@ fn new_id() -> Result<ConversationId, crate::ids::MintError> {
 
 /// An allowlist entry as the proxies read it (`Example.COM.` is `example.com`).
 fn canonical_egress_entry(entry: &str) -> Result<String, ConversationError> {
-    cc_gateway::egress::allowlist::Entry::parse(entry, "workspace")
+    cc_policy::egress::allowlist::Entry::parse(entry, "workspace")
         .map(|e| e.to_string())
         .map_err(ConversationError::InvalidEgressEntry)
 }

@@ -1,6 +1,6 @@
 //! A run's egress proxies: HTTP (CONNECT and absolute-form) and SOCKS5 (CONNECT).
 //! For each connection: read the request's head within a deadline, decide in the fixed
-//! order of [`crate::egress::decide`] (host, always-deny, allowlist), ask the gate
+//! order of [`cc_policy::egress::decide`] (host, always-deny, allowlist), ask the gate
 //! `access_network` once per host for the run, resolve once, check every address, dial
 //! the checked addresses (never the name again), answer, then copy both ways with
 //! tokio's `copy_bidirectional`. Nothing reaches upstream before the decision.
@@ -22,11 +22,11 @@ use super::loopback::Loopback;
 use super::report::{Seen, What};
 use super::splice;
 use super::{RunDoor, Shared};
-use crate::egress::allowlist::{Allowlist, Entry};
-use crate::egress::decide::{Denial, EgressPolicy, codes};
-use crate::egress::deny::DenyList;
-use crate::egress::host::{Host, canonical};
 use crate::egress::{http_request, socks};
+use cc_policy::egress::allowlist::{Allowlist, Entry};
+use cc_policy::egress::decide::{Denial, EgressPolicy, codes};
+use cc_policy::egress::deny::DenyList;
+use cc_policy::egress::host::{Host, canonical};
 
 /// How long a name may take to resolve, and an address to answer.
 const RESOLVE: Duration = Duration::from_secs(5);

@@ -216,7 +216,7 @@ mod tests {
         // A name with CR/LF or NUL is read as sent: the host check refuses it.
         let (r, _) = parse_request(&[5, 1, 0, 3, 3, b'a', b'\r', 0, 0, 80]).unwrap().unwrap();
         assert!(
-            crate::egress::host::canonical(match &r.address {
+            cc_policy::egress::host::canonical(match &r.address {
                 Address::Name(n) => n,
                 Address::Ip(_) => unreachable!(),
             })

@@ -12,7 +12,6 @@ pub mod pktline;
 pub mod plan;
 pub mod report;
 pub mod request;
-pub mod rewrite;
 pub mod route;
 
 /// A ref name git would accept (`git check-ref-format`), under `refs/`: what may be

@@ -8,7 +8,7 @@ use cc_proto::broker::v1 as bk;
 use cc_proto::common::v1::CredentialLease;
 use serde_json::json;
 
-use cc_gateway::git::rewrite::GITHUB_SPELLINGS;
+use super::gitconfig::GITHUB_SPELLINGS;
 
 use super::git_gateway::GitHubRepo;
 use super::{LiveRun, RunError, RunManager};

@@ -75,9 +75,9 @@ pub fn allowlist(config: &EgressConfig, workspace: &WorkspaceEntries<'_>) -> Vec
 
 /// What no run may reach: the gateway's own metadata list, and configured telemetry.
 pub fn always_denied(config: &EgressConfig) -> Vec<(String, String)> {
-    let mut entries: Vec<(String, String)> = cc_gateway::egress::deny::METADATA_NAMES
+    let mut entries: Vec<(String, String)> = cc_policy::egress::deny::METADATA_NAMES
         .iter()
-        .chain(cc_gateway::egress::deny::METADATA_ADDRESSES)
+        .chain(cc_policy::egress::deny::METADATA_ADDRESSES)
         .map(|e| ((*e).to_owned(), "cloud metadata (built in)".to_owned()))
         .collect();
     entries.extend(config.telemetry.iter().map(|t| (t.clone(), "config ([egress] telemetry)".to_owned())));
@@ -157,7 +157,7 @@ mod tests {
         let config = EgressConfig::default();
         let none = WorkspaceEntries { name: "default", entries: &[] };
         for (entry, source) in allowlist(&config, &none).into_iter().chain(always_denied(&config)) {
-            cc_gateway::egress::allowlist::Entry::parse(&entry, &source).unwrap();
+            cc_policy::egress::allowlist::Entry::parse(&entry, &source).unwrap();
             assert!(!source.contains("registries"), "the registry group ships empty: {entry}");
         }
         let off = gateway_policy(false, &config, &none);

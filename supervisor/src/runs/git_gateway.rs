@@ -57,7 +57,7 @@ pub fn make_gateway_dir(data_root: &Path, run: &str) -> std::io::Result<()> {
         dir = cc_host::beneath::child_dir(&dir, std::ffi::OsStr::new(name)).map_err(errno)?;
         fchmod(&dir, Mode::from_bits_truncate(0o711)).map_err(errno)?;
     }
-    let text = cc_gateway::git::rewrite::run_gitconfig(GIT_GATEWAY_PORT, super::egress::HTTP_PROXY_PORT)
+    let text = super::gitconfig::run_gitconfig(GIT_GATEWAY_PORT, super::egress::HTTP_PROXY_PORT)
         .map_err(std::io::Error::other)?;
     // A new run's directory: the config is new, made exclusively and never through a link.
     if !cc_host::beneath::create_file(&dir, GITCONFIG_NAME, text.as_bytes()) {

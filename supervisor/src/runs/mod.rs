@@ -20,6 +20,7 @@ mod credentials;
 pub mod egress;
 pub mod error;
 pub mod git_gateway;
+mod gitconfig;
 pub mod hook;
 pub mod limits;
 pub mod product_tools;

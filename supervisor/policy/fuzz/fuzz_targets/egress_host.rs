@@ -5,10 +5,10 @@
 //! denied address through whatever the allowlist says.
 #![no_main]
 
-use cc_gateway::egress::allowlist::{Allowlist, Entry};
-use cc_gateway::egress::decide::EgressPolicy;
-use cc_gateway::egress::deny::DenyList;
-use cc_gateway::egress::host::{Host, canonical};
+use cc_policy::egress::allowlist::{Allowlist, Entry};
+use cc_policy::egress::decide::EgressPolicy;
+use cc_policy::egress::deny::DenyList;
+use cc_policy::egress::host::{Host, canonical};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

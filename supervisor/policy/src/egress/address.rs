@@ -1,7 +1,8 @@
 //! Which addresses a run may never reach through its proxies, whatever name led there:
 //! loopback, private, link-local, CGNAT, multicast, unspecified and reserved ranges,
 //! the host's own interface addresses, and every IPv6 form that embeds an IPv4 address
-//! (mapped, compatible, NAT64, 6to4, Teredo), judged by the address it embeds.
+//! (mapped, compatible, translated, NAT64, 6to4, Teredo), judged by the address it
+//! embeds.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -83,6 +84,10 @@ pub fn embedded_ipv4(ip: Ipv6Addr) -> Option<(Ipv4Addr, &'static str)> {
     if s[..6] == [0, 0, 0, 0, 0, 0] {
         return Some((low, "IPv4-compatible"));
     }
+    // SIIT (RFC 2765): a stateless translator maps ::ffff:0:a.b.c.d back to a.b.c.d.
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        return Some((low, "IPv4-translated, ::ffff:0:0/96"));
+    }
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         return Some((low, "NAT64, 64:ff9b::/96"));
     }
@@ -144,6 +149,8 @@ mod tests {
         for s in [
             "::ffff:169.254.169.254",
             "::127.0.0.1",
+            "::ffff:0:169.254.169.254",
+            "::ffff:0:7f00:1",
             "64:ff9b::a9fe:a9fe",
             "64:ff9b:1::7f00:1",
             "2002:7f00:1::",
@@ -154,6 +161,9 @@ mod tests {
             assert!(why.contains("embeds"), "{s}: {why}");
         }
         assert!(!refused("64:ff9b::808:808"), "NAT64 of a public address is allowed");
+        assert!(!refused("::ffff:0:808:808"), "a translated public address is allowed");
+        let (v4, form) = embedded_ipv4("::ffff:0:10.1.2.3".parse().unwrap()).unwrap();
+        assert_eq!((v4, form), (Ipv4Addr::new(10, 1, 2, 3), "IPv4-translated, ::ffff:0:0/96"));
         assert!(!refused("2002:808:808::1"));
     }
 
