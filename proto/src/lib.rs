@@ -1,6 +1,7 @@
 //! The protocol of every Control Center process and the IPC plumbing they share.
 //!
 //! * generated gRPC code, one module per `.proto` package (`cc.<service>.v1`);
+//! * [`adapter`]: the adapters' names;
 //! * [`socket`]: Unix sockets in private directories;
 //! * [`auth`]: who may call: peer uid from `SO_PEERCRED`, plus a per-peer secret on helper sockets;
 //! * [`bootstrap`]: the message a helper reads on stdin at spawn;
@@ -12,6 +13,7 @@
 //! * [`time`]: `google.protobuf.Timestamp` to and from milliseconds.
 #![forbid(unsafe_code)]
 
+pub mod adapter;
 pub mod auth;
 pub mod bootstrap;
 pub mod client;

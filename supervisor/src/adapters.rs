@@ -4,6 +4,8 @@
 //! `tests/tests/adapters.rs` checks that each named test exists; no cell may claim
 //! more than the code does.
 
+use cc_proto::common::v1::Adapter;
+
 /// The layers, in the order every adapter's cells follow.
 pub const LAYERS: &[&str] = &[
     "worktree_isolation",
@@ -34,7 +36,7 @@ pub struct Cell {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
-    pub adapter: &'static str,
+    pub adapter: Adapter,
     pub description: &'static str,
     pub cells: Vec<Cell>,
 }
@@ -71,7 +73,7 @@ pub fn matrix(native: bool) -> Vec<Column> {
         }
     };
     let harness = Column {
-        adapter: "harness",
+        adapter: Adapter::Harness,
         description: "the runner's own tools, called one by one (ccctl tool)",
         cells: vec![
             cell(
@@ -118,7 +120,7 @@ pub fn matrix(native: bool) -> Vec<Column> {
         ],
     };
     let claude_code = Column {
-        adapter: "claude-code",
+        adapter: Adapter::ClaudeCode,
         description: "the claude CLI in the run's overlay envelope, its PreToolUse hook asking the gate",
         cells: vec![
             cell(
@@ -172,7 +174,7 @@ pub fn matrix(native: bool) -> Vec<Column> {
     let nosandbox_proof =
         "tests/tests/claude_code.rs::without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so";
     let nosandbox = Column {
-        adapter: "claude-code-nosandbox",
+        adapter: Adapter::ClaudeCodeNosandbox,
         description: "the claude CLI on the host, unconfined, with the host's environment",
         cells: vec![
             cell(
@@ -214,7 +216,7 @@ pub fn matrix(native: bool) -> Vec<Column> {
     let acp_files = "tests/tests/acp.rs::an_acp_agents_file_requests_are_confined_and_judged_and_its_own_writes_bounded_by_the_envelope";
     let acp_terminals = "tests/tests/acp.rs::terminals_are_gated_capped_and_killable_and_permissions_go_to_the_gate";
     let acp = Column {
-        adapter: "acp",
+        adapter: Adapter::Acp,
         description: "an Agent Client Protocol agent over stdio in the run's overlay envelope; the product is its client",
         cells: vec![
             cell(
@@ -272,7 +274,7 @@ mod tests {
         for native in [true, false] {
             for column in matrix(native) {
                 let layers: Vec<&str> = column.cells.iter().map(|c| c.layer).collect();
-                assert_eq!(layers, LAYERS, "{}", column.adapter);
+                assert_eq!(layers, LAYERS, "{}", column.adapter.name());
                 for c in &column.cells {
                     assert!(c.proof.starts_with("tests/tests/") && c.proof.contains(".rs::"), "{c:?}");
                 }
@@ -281,12 +283,18 @@ mod tests {
     }
 
     #[test]
+    fn every_adapter_has_its_column_in_order() {
+        let columns: Vec<Adapter> = matrix(true).iter().map(|c| c.adapter).collect();
+        assert_eq!(columns, Adapter::ALL);
+    }
+
+    #[test]
     fn without_a_backend_no_envelope_is_claimed() {
         for column in matrix(false) {
             let envelope = column.cells.iter().find(|c| c.layer == "os_envelope").unwrap();
-            assert_eq!(envelope.coverage, Coverage::No, "{}", column.adapter);
+            assert_eq!(envelope.coverage, Coverage::No, "{}", column.adapter.name());
             let network = column.cells.iter().find(|c| c.layer == "network_allowlist_by_the_os").unwrap();
-            assert_ne!(network.coverage, Coverage::Yes, "{}", column.adapter);
+            assert_ne!(network.coverage, Coverage::Yes, "{}", column.adapter.name());
         }
     }
 }

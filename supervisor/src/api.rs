@@ -412,7 +412,7 @@ impl Sandbox for SupervisorApi {
         let adapters = crate::adapters::matrix(native)
             .into_iter()
             .map(|column| pb::AdapterLayers {
-                adapter: column.adapter.into(),
+                adapter: column.adapter as i32,
                 description: column.description.into(),
                 layers: column
                     .cells

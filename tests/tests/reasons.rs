@@ -88,6 +88,11 @@ async fn refusals_of_runs_and_their_tools_carry_their_reason() {
     };
     let (reason, _) = refusal(client.runs.start_run(start("c-nope", false)).await, Code::NotFound);
     assert_eq!(reason, reasons::CONVERSATION_NOT_FOUND);
+    // An adapter this supervisor does not know (a newer client's) is refused in one line.
+    let unknown = pb::StartRunRequest { adapter: 99, ..start("c-nope", false) };
+    let status = client.runs.start_run(unknown).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().starts_with("unknown adapter 99: the adapters are harness"), "{}", status.message());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

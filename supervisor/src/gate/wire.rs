@@ -73,6 +73,15 @@ pub fn mode_from(raw: i32) -> Result<Mode, Status> {
     }
 }
 
+/// Unspecified is the harness; a value this build does not know is refused.
+pub fn adapter_from(raw: i32) -> Result<cc_proto::common::v1::Adapter, Status> {
+    cc_proto::common::v1::Adapter::from_wire(raw).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "unknown adapter {raw}: the adapters are harness, claude-code, claude-code-nosandbox and acp (`ccctl adapters`)"
+        ))
+    })
+}
+
 /// The longest command line the gate takes; the classifier treats longer ones as
 /// opaque, and the wire refuses what no agent would type.
 const MAX_COMMAND_LINE: usize = 256 * 1024;

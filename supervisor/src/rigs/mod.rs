@@ -136,7 +136,7 @@ impl RigManager {
                 conversation: conversation.clone(),
                 agent: "default".into(),
                 mode: cc_policy::Mode::default(),
-                adapter: "harness".into(),
+                adapter: cc_proto::common::v1::Adapter::Harness,
                 agent_command: String::new(),
                 network,
                 limits: None,

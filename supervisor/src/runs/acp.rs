@@ -15,8 +15,6 @@ use super::claude_code::{AgentEvent, MAX_EVENT_TEXT, clipped};
 use super::hook::Hooked;
 use super::tools::{Described, gate_path};
 
-/// An Agent Client Protocol agent over stdio, in the run's overlay envelope.
-pub const ACP: &str = "acp";
 /// The longest `--agent-command`.
 pub const MAX_AGENT_COMMAND_BYTES: usize = 4096;
 /// The most paths one permission request may name: the gate judges each, and past

@@ -19,10 +19,6 @@ pub enum RunError {
     AlreadyStopping(RunId),
     #[error("{0}")]
     BadRequest(String),
-    #[error(
-        "unknown adapter {0:?}: the adapters are harness, claude-code, claude-code-nosandbox and acp (`ccctl adapters`)"
-    )]
-    UnknownAdapter(String),
     #[error("run {} is already working on a prompt; wait for its answer", .0.shown())]
     AgentBusy(RunId),
     #[error("a {0} run has no agent to prompt; call its tools (`ccctl tool`) instead")]
@@ -97,7 +93,7 @@ impl From<RunError> for Status {
                 reasons::refusal(Code::FailedPrecondition, message, reasons::NO_AGENT, &[("adapter", adapter)])
             }
             RunError::AgentFailed(_) => reasons::refusal(Code::Unavailable, message, reasons::AGENT_FAILED, &[]),
-            RunError::BadRequest(_) | RunError::UnknownAdapter(_) => Status::invalid_argument(message),
+            RunError::BadRequest(_) => Status::invalid_argument(message),
             RunError::GateDenied { effect, origin, decided_by, .. } => reasons::refusal(
                 Code::PermissionDenied,
                 message,

@@ -84,7 +84,7 @@ fn register_request(run: &LiveRun) -> gw::RegisterRunRequest {
             .collect(),
         git_dirs: run.git_dirs.iter().map(|d| d.as_os_str().as_bytes().to_vec()).collect(),
         egress: Some(run.egress.clone()),
-        model_key: super::prompt::is_claude_code(&run.record.adapter),
+        model_key: run.record.adapter.is_claude_code(),
     }
 }
 

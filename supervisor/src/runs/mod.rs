@@ -59,6 +59,7 @@ use crate::ids::{ConversationId, RunId};
 use crate::paths::DataDir;
 use crate::store::Store;
 use cc_host::cgroup::{Enforcement, RunCgroup};
+use cc_proto::common::v1::Adapter;
 pub use error::RunError;
 pub use record::{RunRecord, RunState};
 
@@ -70,7 +71,7 @@ pub struct StartRequest {
     pub conversation: ConversationId,
     pub agent: String,
     pub mode: Mode,
-    pub adapter: String,
+    pub adapter: Adapter,
     /// The command that starts the agent (adapter acp only).
     pub agent_command: String,
     pub network: bool,
@@ -638,15 +639,12 @@ impl RunManager {
     }
 
     pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<LiveRun>, RunError> {
-        if request.adapter != "harness" && request.adapter != acp::ACP && !prompt::is_claude_code(&request.adapter) {
-            return Err(RunError::UnknownAdapter(request.adapter.chars().take(64).collect()));
-        }
-        if request.adapter == acp::ACP {
+        if request.adapter == Adapter::Acp {
             acp::agent_argv(&request.agent_command).map_err(RunError::BadRequest)?;
         } else if !request.agent_command.is_empty() {
             return Err(RunError::BadRequest(format!(
                 "--agent-command is for the acp adapter; adapter {} starts its own",
-                request.adapter
+                request.adapter.name()
             )));
         }
         // The network rule is read once, here: a run never changes it. Without an
@@ -681,12 +679,12 @@ impl RunManager {
         .await
         .map_err(|e| RunError::Internal(e.to_string()))??;
         let roots = runner_roots(&paths)?;
-        if prompt::is_claude_code(&request.adapter) {
+        if request.adapter.is_claude_code() {
             // The agent's settings (its hooks) and MCP config, before anything of the
             // run can start: read-only in its overlay envelope. Without one (on purpose,
             // or on a host with no backend) the CLI finds our helpers where they are
             // installed, and they reach the agent socket itself.
-            let helpers = self.agent_helpers(&id, request.adapter == prompt::CLAUDE_CODE_NOSANDBOX);
+            let helpers = self.agent_helpers(&id, request.adapter == Adapter::ClaudeCodeNosandbox);
             let timing = claude_code::HookTiming::for_approvals(self.gate().approvals.timeout().as_millis() as u64);
             let config = self.config();
             let claude = &config.claude_code;
@@ -760,7 +758,7 @@ impl RunManager {
             workspace: record.workspace.clone(),
             agent: request.agent.clone(),
             mode: request.mode,
-            adapter: request.adapter.clone(),
+            adapter: request.adapter,
             network: request.network,
             state: RunState::Starting,
             work_dir: paths.work_dir.clone(),
@@ -813,9 +811,9 @@ impl RunManager {
                 "conversation": record.id,
                 "agent": request.agent,
                 "mode": request.mode.as_str(),
-                "adapter": request.adapter,
+                "adapter": request.adapter.name(),
                 "agent_command": request.agent_command,
-                "envelope": if request.adapter == prompt::CLAUDE_CODE_NOSANDBOX {
+                "envelope": if request.adapter == Adapter::ClaudeCodeNosandbox {
                     "none: the agent runs on the host, unconfined, with the host's environment"
                 } else if self.env.enveloped { "native" } else { "none" },
                 "network": request.network,

@@ -19,18 +19,8 @@ use tonic::Status;
 use super::claude_code;
 use super::{RunError, RunManager};
 use crate::ids::RunId;
+use cc_proto::common::v1::Adapter;
 
-/// The adapters with an agent to prompt: Claude Code in the run's overlay envelope,
-pub const CLAUDE_CODE: &str = "claude-code";
-/// and the same CLI on the host, unconfined, with the host's environment (the
-/// original product's NoSandboxAdapter). Of our layers only its hook (its Bash command
-/// lines and file writes, asked before they run) and the product's MCP tools reach
-/// it: its git uses the person's own configuration and credentials.
-pub const CLAUDE_CODE_NOSANDBOX: &str = "claude-code-nosandbox";
-
-pub fn is_claude_code(adapter: &str) -> bool {
-    adapter == CLAUDE_CODE || adapter == CLAUDE_CODE_NOSANDBOX
-}
 /// The most a prompt may hold.
 pub const MAX_PROMPT_BYTES: usize = 256 * 1024;
 /// A stream-json line longer than this is dropped (and said so): one message of the
@@ -93,11 +83,14 @@ impl RunManager {
         timeout_seconds: u32,
     ) -> Result<Events, RunError> {
         let run = self.require_live(run_id)?;
-        let acp = run.record.adapter == super::acp::ACP;
-        if !is_claude_code(&run.record.adapter) && !acp {
-            return Err(RunError::NoAgent(run.record.adapter.clone()));
+        // The adapters with an agent to prompt: Claude Code in the run's overlay
+        // envelope, the same CLI on the host (of our layers only its hook and the
+        // product's MCP tools reach it), and an ACP agent.
+        let acp = run.record.adapter == Adapter::Acp;
+        if !run.record.adapter.has_agent() {
+            return Err(RunError::NoAgent(run.record.adapter.name().to_owned()));
         }
-        let on_host = run.record.adapter == CLAUDE_CODE_NOSANDBOX;
+        let on_host = run.record.adapter == Adapter::ClaudeCodeNosandbox;
         if prompt.is_empty() || prompt.len() > MAX_PROMPT_BYTES || prompt.contains('\0') {
             return Err(RunError::BadRequest(format!("a prompt must be 1 to {MAX_PROMPT_BYTES} bytes, with no NUL")));
         }

@@ -4,6 +4,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use cc_policy::Mode;
+use cc_proto::common::v1::Adapter;
 use rusqlite::{OptionalExtension, params};
 
 use crate::ids::ConversationId;
@@ -59,7 +60,7 @@ pub struct RunRecord {
     pub workspace: String,
     pub agent: String,
     pub mode: Mode,
-    pub adapter: String,
+    pub adapter: Adapter,
     pub network: bool,
     pub state: RunState,
     pub work_dir: PathBuf,
@@ -80,6 +81,7 @@ fn states_before(next: RunState) -> String {
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let mode: String = r.get(4)?;
+    let adapter: String = r.get(5)?;
     let state: String = r.get(7)?;
     let work_dir: Vec<u8> = r.get(8)?;
     Ok(RunRecord {
@@ -89,7 +91,9 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         agent: r.get(3)?,
         // Written by us from a Mode; a hand-edited value reads as the strictest.
         mode: mode.parse().unwrap_or(Mode::Plan),
-        adapter: r.get(5)?,
+        // Written by us from an Adapter; no agent is ever started from a row, so a
+        // hand-edited value reads as the harness.
+        adapter: Adapter::from_name(&adapter).unwrap_or(Adapter::Harness),
         network: r.get(6)?,
         state: RunState::parse(&state),
         work_dir: PathBuf::from(std::ffi::OsStr::from_bytes(&work_dir)),
@@ -109,7 +113,7 @@ impl Store {
                 run.workspace,
                 run.agent,
                 run.mode.as_str(),
-                run.adapter,
+                run.adapter.name(),
                 run.network,
                 run.state.as_str(),
                 run.work_dir.as_os_str().as_bytes(),
@@ -181,7 +185,7 @@ mod tests {
             workspace: "default".into(),
             agent: "default".into(),
             mode: Mode::Review,
-            adapter: "harness".into(),
+            adapter: Adapter::Harness,
             network: false,
             state: RunState::Running,
             work_dir: PathBuf::from("/w"),

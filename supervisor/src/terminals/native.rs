@@ -44,7 +44,7 @@ pub async fn start(manager: &Arc<RunManager>, spec: Spec, inputs: Inputs) -> Res
             conversation: spec.conversation,
             agent: "default".into(),
             mode: cc_policy::Mode::default(),
-            adapter: "harness".into(),
+            adapter: cc_proto::common::v1::Adapter::Harness,
             agent_command: String::new(),
             network: spec.network,
             limits: None,

@@ -86,7 +86,7 @@ pub async fn diagnose(mut client: Client, run: Option<String>, json: bool) -> an
         verify: "ccctl sandbox probe".into(),
     }];
     let matrix = client.sandbox.list_adapters(pb::ListAdaptersRequest {}).await.map_err(super::rpc_error)?.into_inner();
-    let layers_of = |adapter: &str| -> String {
+    let layers_of = |adapter: i32| -> String {
         matrix
             .adapters
             .iter()
@@ -215,16 +215,16 @@ pub async fn diagnose(mut client: Client, run: Option<String>, json: bool) -> an
 
         checks.push(Check {
             ok: true,
-            what: format!("the layers that reach adapter {}", r.adapter),
-            found: layers_of(&r.adapter),
+            what: format!("the layers that reach adapter {}", super::words::adapter_name(r.adapter)),
+            found: layers_of(r.adapter),
             verify: "ccctl adapters".into(),
         });
     } else {
         for adapter in &matrix.adapters {
             checks.push(Check {
                 ok: true,
-                what: format!("the layers that reach adapter {}", adapter.adapter),
-                found: layers_of(&adapter.adapter),
+                what: format!("the layers that reach adapter {}", super::words::adapter_name(adapter.adapter)),
+                found: layers_of(adapter.adapter),
                 verify: "ccctl adapters".into(),
             });
         }

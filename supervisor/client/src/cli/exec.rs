@@ -42,7 +42,7 @@ pub struct ExecArgs {
     /// harness: CMD runs in the run's bash; claude-code (or claude-code-nosandbox, or
     /// acp with --agent-command): CMD is the prompt, and the agent works on it in the
     /// run until it answers
-    #[arg(long, default_value = "harness", value_parser = ["harness", "claude-code", "claude-code-nosandbox", "acp"])]
+    #[arg(long, default_value = "harness")]
     adapter: String,
     /// With --adapter acp: the command that starts the ACP agent over stdio
     #[arg(long, default_value = "")]
@@ -202,19 +202,19 @@ async fn main_job(
     let stream = client.conversations.create_conversation(request).await.map_err(rpc_error)?.into_inner();
     let conversation = progress::follow(stream).await?;
     made.conversation = Some(conversation.conversation_id.clone());
+    let adapter = super::words::adapter(&args.adapter)?;
     let request = pb::StartRunRequest {
         conversation_id: conversation.conversation_id,
         agent: "default".into(),
         mode: args.mode.wire(),
-        adapter: args.adapter.clone(),
+        adapter: adapter as i32,
         agent_command: args.agent_command.clone(),
-        network: args.network.unwrap_or(if args.adapter == "harness" { Network::Off } else { Network::On })
-            == Network::On,
+        network: args.network.unwrap_or(if adapter.has_agent() { Network::On } else { Network::Off }) == Network::On,
         limits: args.limits.to_proto(),
     };
     let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
     made.run = Some(run.run_id.clone());
-    if args.adapter != "harness" {
+    if adapter.has_agent() {
         let prompt = pb::PromptRunRequest {
             run_id: run.run_id.clone(),
             prompt: args.command.join(" "),
@@ -253,6 +253,8 @@ async fn clean_up(args: &ExecArgs, client: &mut Client, runs_client: &mut Runs, 
 }
 
 pub async fn exec(args: ExecArgs, socket: Option<PathBuf>, data: Option<DataDir>) -> anyhow::Result<()> {
+    // Refused before anything is registered or made.
+    super::words::adapter(&args.adapter)?;
     let repo = checkout_root(args.repo.as_deref().unwrap_or(Path::new(".")), args.repo.is_some())?;
     let data = match data {
         Some(d) => d,

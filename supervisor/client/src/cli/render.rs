@@ -136,7 +136,7 @@ pub fn adapters(m: &pb::ListAdaptersResponse, json: bool) {
                     .iter()
                     .map(|l| json!({ "layer": l.layer, "coverage": word(l.coverage), "detail": l.detail, "proof": l.proof }))
                     .collect();
-                json!({ "adapter": a.adapter, "description": a.description, "layers": layers })
+                json!({ "adapter": super::words::adapter_name(a.adapter), "description": a.description, "layers": layers })
             })
             .collect();
         print_json(&json!({ "backend": backend, "detail": m.detail, "adapters": adapters }));
@@ -144,7 +144,7 @@ pub fn adapters(m: &pb::ListAdaptersResponse, json: bool) {
     }
     let mut out = format!("sandbox backend={backend} ({})\n\n{:<30}", one_line(&m.detail), "layer");
     for a in &m.adapters {
-        out.push_str(&format!("{:<24}", a.adapter));
+        out.push_str(&format!("{:<24}", super::words::adapter_name(a.adapter)));
     }
     out.push('\n');
     let layers: Vec<&str> =
@@ -157,7 +157,7 @@ pub fn adapters(m: &pb::ListAdaptersResponse, json: bool) {
         out.push('\n');
     }
     for a in &m.adapters {
-        out.push_str(&format!("\n{}: {}\n", a.adapter, a.description));
+        out.push_str(&format!("\n{}: {}\n", super::words::adapter_name(a.adapter), a.description));
         for l in &a.layers {
             out.push_str(&format!(
                 "  {:<28} {:<8} {}\n  {:<28} proof: {}\n",

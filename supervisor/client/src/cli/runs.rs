@@ -197,7 +197,7 @@ pub fn state_name(state: i32) -> &'static str {
 fn run_json(r: &pb::Run) -> serde_json::Value {
     json!({
         "id": r.run_id, "conversation": r.conversation_id, "workspace": r.workspace_id, "agent": r.agent,
-        "mode": super::render::mode_name(r.mode), "adapter": r.adapter, "agent_command": r.agent_command,
+        "mode": super::render::mode_name(r.mode), "adapter": super::words::adapter_name(r.adapter), "agent_command": r.agent_command,
         "network": r.network,
         "state": state_name(r.state), "runner_pid": r.runner_pid,
         "started": super::render::json_time(r.start_time.as_ref()),
@@ -247,11 +247,11 @@ fn print_run(r: &pb::Run) {
         ended,
         r.conversation_id,
         r.agent,
-        r.adapter,
+        super::words::adapter_name(r.adapter),
         super::render::mode_name(r.mode),
         r.runner_pid
     );
-    if r.adapter == "claude-code-nosandbox" {
+    if r.adapter == cc_proto::common::v1::Adapter::ClaudeCodeNosandbox as i32 {
         println!(
             "  NO ENVELOPE: the agent runs on the host, unconfined, with the host's environment; only its hook \
              (Bash, file writes) and the product's tools are gated (ccctl adapters)"
@@ -277,7 +277,7 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
                 conversation_id: conversation,
                 agent,
                 mode: mode.wire(),
-                adapter,
+                adapter: super::words::adapter(&adapter)? as i32,
                 agent_command,
                 network: network == Network::On,
                 limits: limits.to_proto(),

@@ -1,7 +1,21 @@
 //! The CLI's words for the API's enums, in one place: what `--worktree-backend`,
 //! `--kind` and the output say for each value.
 
-use cc_proto::common::v1::{EnvelopeKind, SandboxBackend, WorktreeBackend};
+use cc_proto::common::v1::{Adapter, EnvelopeKind, SandboxBackend, WorktreeBackend};
+
+/// `--adapter`'s words: `Adapter::name`'s. Checked here rather than by clap, whose
+/// refusal takes several lines.
+pub fn adapter(word: &str) -> anyhow::Result<Adapter> {
+    Adapter::from_name(word).ok_or_else(|| {
+        let names: Vec<&str> = Adapter::ALL.iter().map(|a| a.name()).collect();
+        anyhow::anyhow!("unknown adapter {word:?}: the adapters are {} (`ccctl adapters`)", names.join(", "))
+    })
+}
+
+/// An adapter from the wire, or "unknown" (a value of a newer supervisor).
+pub fn adapter_name(value: i32) -> &'static str {
+    Adapter::from_wire(value).map_or("unknown", Adapter::name)
+}
 
 /// `--worktree-backend`'s words (clap has checked them).
 pub fn worktree_backend(word: &str) -> WorktreeBackend {
@@ -72,6 +86,18 @@ pub fn terminal_backend_name(value: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_adapter_words_are_the_adapters_names() {
+        for known in Adapter::ALL {
+            assert_eq!(adapter_name(adapter(known.name()).unwrap() as i32), known.name());
+        }
+        let refused = adapter("claude").unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "unknown adapter \"claude\": the adapters are harness, claude-code, claude-code-nosandbox, acp (`ccctl adapters`)"
+        );
+    }
 
     #[test]
     fn every_word_round_trips() {
