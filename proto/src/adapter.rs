@@ -17,6 +17,11 @@ impl Adapter {
         }
     }
 
+    /// Every adapter's name, for a refusal to list: `harness, claude-code, …`.
+    pub fn listed() -> String {
+        Self::ALL.map(Adapter::name).join(", ")
+    }
+
     /// The adapter `name` names, if any.
     pub fn from_name(name: &str) -> Option<Adapter> {
         Self::ALL.into_iter().find(|a| a.name() == name)

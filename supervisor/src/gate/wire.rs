@@ -75,9 +75,11 @@ pub fn mode_from(raw: i32) -> Result<Mode, Status> {
 
 /// Unspecified is the harness; a value this build does not know is refused.
 pub fn adapter_from(raw: i32) -> Result<cc_proto::common::v1::Adapter, Status> {
-    cc_proto::common::v1::Adapter::from_wire(raw).ok_or_else(|| {
+    use cc_proto::common::v1::Adapter;
+    Adapter::from_wire(raw).ok_or_else(|| {
         Status::invalid_argument(format!(
-            "unknown adapter {raw}: the adapters are harness, claude-code, claude-code-nosandbox and acp (`ccctl adapters`)"
+            "unknown adapter {raw}: the adapters are {} (`ccctl adapters`)",
+            Adapter::listed()
         ))
     })
 }

@@ -21,8 +21,8 @@ pub enum RunError {
     BadRequest(String),
     #[error("run {} is already working on a prompt; wait for its answer", .0.shown())]
     AgentBusy(RunId),
-    #[error("a {0} run has no agent to prompt; call its tools (`ccctl tool`) instead")]
-    NoAgent(String),
+    #[error("a {} run has no agent to prompt; call its tools (`ccctl tool`) instead", .0.name())]
+    NoAgent(cc_proto::common::v1::Adapter),
     /// The run's ACP agent ended or broke the protocol during a prompt.
     #[error("{0}")]
     AgentFailed(String),
@@ -89,9 +89,12 @@ impl From<RunError> for Status {
             RunError::AgentBusy(run_id) => {
                 reasons::refusal(Code::FailedPrecondition, message, reasons::AGENT_BUSY, &[("run_id", run_id.shown())])
             }
-            RunError::NoAgent(adapter) => {
-                reasons::refusal(Code::FailedPrecondition, message, reasons::NO_AGENT, &[("adapter", adapter)])
-            }
+            RunError::NoAgent(adapter) => reasons::refusal(
+                Code::FailedPrecondition,
+                message,
+                reasons::NO_AGENT,
+                &[("adapter", adapter.name().to_owned())],
+            ),
             RunError::AgentFailed(_) => reasons::refusal(Code::Unavailable, message, reasons::AGENT_FAILED, &[]),
             RunError::BadRequest(_) => Status::invalid_argument(message),
             RunError::GateDenied { effect, origin, decided_by, .. } => reasons::refusal(

@@ -88,7 +88,7 @@ impl RunManager {
         // product's MCP tools reach it), and an ACP agent.
         let acp = run.record.adapter == Adapter::Acp;
         if !run.record.adapter.has_agent() {
-            return Err(RunError::NoAgent(run.record.adapter.name().to_owned()));
+            return Err(RunError::NoAgent(run.record.adapter));
         }
         let on_host = run.record.adapter == Adapter::ClaudeCodeNosandbox;
         if prompt.is_empty() || prompt.len() > MAX_PROMPT_BYTES || prompt.contains('\0') {

@@ -190,6 +190,7 @@ struct Made {
 
 async fn main_job(
     args: &ExecArgs,
+    adapter: cc_proto::common::v1::Adapter,
     client: &mut Client,
     runs_client: &mut Runs,
     repo: &Path,
@@ -202,7 +203,6 @@ async fn main_job(
     let stream = client.conversations.create_conversation(request).await.map_err(rpc_error)?.into_inner();
     let conversation = progress::follow(stream).await?;
     made.conversation = Some(conversation.conversation_id.clone());
-    let adapter = super::words::adapter(&args.adapter)?;
     let request = pb::StartRunRequest {
         conversation_id: conversation.conversation_id,
         agent: "default".into(),
@@ -254,7 +254,7 @@ async fn clean_up(args: &ExecArgs, client: &mut Client, runs_client: &mut Runs, 
 
 pub async fn exec(args: ExecArgs, socket: Option<PathBuf>, data: Option<DataDir>) -> anyhow::Result<()> {
     // Refused before anything is registered or made.
-    super::words::adapter(&args.adapter)?;
+    let adapter = super::words::adapter(&args.adapter)?;
     let repo = checkout_root(args.repo.as_deref().unwrap_or(Path::new(".")), args.repo.is_some())?;
     let data = match data {
         Some(d) => d,
@@ -277,7 +277,7 @@ pub async fn exec(args: ExecArgs, socket: Option<PathBuf>, data: Option<DataDir>
     let mut supervisor = Client::new(channel);
     let mut runs_client = supervisor.runs.clone();
     let mut made = Made::default();
-    let outcome = main_job(&args, &mut supervisor, &mut runs_client, &repo, &mut made).await;
+    let outcome = main_job(&args, adapter, &mut supervisor, &mut runs_client, &repo, &mut made).await;
     let cleaned = clean_up(&args, &mut supervisor, &mut runs_client, &made).await;
     if let Some(embedded) = embedded.as_mut() {
         embedded.stop().await;

@@ -7,8 +7,7 @@ use cc_proto::common::v1::{Adapter, EnvelopeKind, SandboxBackend, WorktreeBacken
 /// refusal takes several lines.
 pub fn adapter(word: &str) -> anyhow::Result<Adapter> {
     Adapter::from_name(word).ok_or_else(|| {
-        let names: Vec<&str> = Adapter::ALL.iter().map(|a| a.name()).collect();
-        anyhow::anyhow!("unknown adapter {word:?}: the adapters are {} (`ccctl adapters`)", names.join(", "))
+        anyhow::anyhow!("unknown adapter {word:?}: the adapters are {} (`ccctl adapters`)", Adapter::listed())
     })
 }
 
