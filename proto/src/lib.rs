@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod adapter;
+pub mod agent_event;
 pub mod auth;
 pub mod bootstrap;
 pub mod client;

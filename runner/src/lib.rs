@@ -1,8 +1,11 @@
-//! cc-runner: one per run; it hosts the harness file tools ([`service`]) over the path
-//! confinement of [`confine`]. The supervisor starts it with the run's roots in its
-//! bootstrap, asks the gate before every call, and is the only peer it answers.
+//! cc-runner: the run's own process, one per run, in an envelope of the run's. It hosts
+//! the harness file tools ([`service`]) over the path confinement of [`confine`], and
+//! reads the run's agent's output into typed steps ([`adapters`]). The supervisor
+//! starts it with the run's roots in its bootstrap, asks the gate before every call,
+//! and is the only peer it answers.
 #![forbid(unsafe_code)]
 
+pub mod adapters;
 pub mod confine;
 pub mod fetch;
 pub mod files;
@@ -16,13 +19,15 @@ pub mod walk;
 use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::runner::v1::runner_server::{Runner, RunnerServer};
-use cc_proto::runner::v1::{CallToolRequest, CallToolResponse, GetStatusRequest, GetStatusResponse};
+use cc_proto::runner::v1::{
+    CallToolRequest, CallToolResponse, GetStatusRequest, GetStatusResponse, ParseAgentOutputRequest,
+};
 
 use std::path::{Path, PathBuf};
 
 use crate::confine::Roots;
 use crate::service::{Tools, parse_roots};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 pub const SPEC: HelperSpec = HelperSpec { name: "runner", capabilities: CapabilityPolicy::DropAll };
 
@@ -39,6 +44,15 @@ impl Runner for RunnerService {
 
     async fn call_tool(&self, request: Request<CallToolRequest>) -> Result<Response<CallToolResponse>, Status> {
         Ok(Response::new(CallToolResponse { result: Some(self.tools.call(request.into_inner()).await?) }))
+    }
+
+    type ParseAgentOutputStream = adapters::Steps;
+
+    async fn parse_agent_output(
+        &self,
+        request: Request<Streaming<ParseAgentOutputRequest>>,
+    ) -> Result<Response<Self::ParseAgentOutputStream>, Status> {
+        Ok(Response::new(adapters::parse(request.into_inner()).await?))
     }
 }
 

@@ -11,9 +11,10 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::{Value, json};
 
-use super::claude_code::{AgentEvent, MAX_EVENT_TEXT, clipped};
+use super::agent_events::{AgentEvent, AgentEventKind, clipped};
 use super::hook::Hooked;
 use super::tools::{Described, gate_path};
+use cc_proto::agent_event::MAX_EVENT_TEXT;
 
 /// The longest `--agent-command`.
 pub const MAX_AGENT_COMMAND_BYTES: usize = 4096;
@@ -299,11 +300,12 @@ pub fn update_events(update: &SessionUpdate, text: &mut String) -> Vec<AgentEven
     }
     let mut events: Vec<AgentEvent> = flush_text(text).into_iter().collect();
     let event = match update {
-        SessionUpdate::AgentThoughtChunk(chunk) => {
-            AgentEvent { kind: "agent_thought", payload: json!({ "text": clipped(&block_text(&chunk.content)) }) }
-        }
+        SessionUpdate::AgentThoughtChunk(chunk) => AgentEvent {
+            kind: AgentEventKind::Thought,
+            payload: json!({ "text": clipped(&block_text(&chunk.content)) }),
+        },
         SessionUpdate::ToolCall(call) => AgentEvent {
-            kind: "agent_tool_use",
+            kind: AgentEventKind::ToolUse,
             payload: json!({
                 "id": call.tool_call_id.to_string(),
                 "name": clipped(&call.title),
@@ -315,7 +317,7 @@ pub fn update_events(update: &SessionUpdate, text: &mut String) -> Vec<AgentEven
         {
             let output = update.fields.raw_output.as_ref().map(Value::to_string).unwrap_or_default();
             AgentEvent {
-                kind: "agent_tool_result",
+                kind: AgentEventKind::ToolResult,
                 payload: json!({
                     "tool_use_id": update.tool_call_id.to_string(),
                     "is_error": update.fields.status == Some(ToolCallStatus::Failed),
@@ -328,7 +330,7 @@ pub fn update_events(update: &SessionUpdate, text: &mut String) -> Vec<AgentEven
             let kind = value.get("sessionUpdate").and_then(Value::as_str).unwrap_or("unknown").to_owned();
             let mut shown = value.to_string();
             shown = clipped(&shown);
-            AgentEvent { kind: "agent_update", payload: json!({ "update": kind, "detail": shown }) }
+            AgentEvent { kind: AgentEventKind::Update, payload: json!({ "update": kind, "detail": shown }) }
         }
     };
     events.push(event);
@@ -341,7 +343,7 @@ pub fn flush_text(text: &mut String) -> Option<AgentEvent> {
         return None;
     }
     let all = std::mem::take(text);
-    Some(AgentEvent { kind: "agent_text", payload: json!({ "text": clipped(&all) }) })
+    Some(AgentEvent { kind: AgentEventKind::Text, payload: json!({ "text": clipped(&all) }) })
 }
 
 #[cfg(test)]
@@ -530,7 +532,7 @@ mod tests {
         let thought =
             SessionUpdate::AgentThoughtChunk(ContentChunk::new(ContentBlock::Text(TextContent::new("hmm".to_owned()))));
         let events = update_events(&thought, &mut text);
-        let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
         assert_eq!(kinds, ["agent_text", "agent_thought"]);
         assert_eq!(events[0].payload["text"], "hello");
         assert!(flush_text(&mut text).is_none());

@@ -43,7 +43,7 @@ use tonic::Status;
 
 use super::acp;
 use super::acp_terminal::Terminals;
-use super::claude_code::{AgentEvent, clipped};
+use super::agent_events::{AgentEvent, AgentEventKind, clipped};
 use super::hook::Hooked;
 use super::{LiveRun, RunError, RunManager};
 use crate::ids::RunId;
@@ -57,8 +57,6 @@ const MAX_LINE_BYTES: usize = 16 << 20;
 const STDIN_CHUNK: usize = 1 << 20;
 /// The agent's error output passed on per prompt, at most.
 const MAX_STDERR_BYTES: u64 = 1 << 20;
-/// The events one prompt records at most (as for claude-code).
-const MAX_EVENTS_PER_PROMPT: u32 = 10_000;
 /// How long a prompt cancelled at its timeout may take to answer before the agent is
 /// killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
@@ -132,7 +130,7 @@ struct Shared {
 struct Current {
     out: Option<Out>,
     text: String,
-    recorded: u32,
+    recorded: super::agent_events::PromptBudget,
     stderr_sent: u64,
 }
 
@@ -159,15 +157,9 @@ impl Shared {
     /// prompt's caller, who may have stopped reading: then it is dropped for them.
     fn emit(&self, event: AgentEvent) {
         let mut current = self.lock_current();
-        current.recorded += 1;
-        let events = self.manager.events();
-        if current.recorded <= MAX_EVENTS_PER_PROMPT {
-            events.record(event.kind, &self.subject, event.payload.clone());
-        } else if current.recorded == MAX_EVENTS_PER_PROMPT + 1 {
-            events.record("agent_events_suppressed", &self.subject, json!({ "after": MAX_EVENTS_PER_PROMPT }));
-        }
+        current.recorded.record(self.manager.events(), &self.subject, &event);
         if let Some(out) = &current.out {
-            let event = pb::AgentEvent { kind: event.kind.into(), payload_json: event.payload.to_string() };
+            let event = event.to_wire();
             let _ = out.try_send(Ok(pb::PromptRunResponse { event: Some(Event::AgentEvent(event)) }));
         }
     }
@@ -336,7 +328,7 @@ impl Shared {
         };
         let title = request.tool_call.fields.title.as_deref().map(clipped);
         self.emit(AgentEvent {
-            kind: "agent_permission",
+            kind: AgentEventKind::Permission,
             payload: json!({
                 "tool_call": clipped(&request.tool_call.tool_call_id.to_string()),
                 "title": title,
@@ -525,7 +517,10 @@ async fn prompts(
                 shared.flush_text();
                 let reason = serde_json::to_value(stop).ok().and_then(|v| v.as_str().map(str::to_owned));
                 let reason = reason.unwrap_or_else(|| "unknown".into());
-                shared.emit(AgentEvent { kind: "agent_result", payload: json!({ "subtype": reason, "result": "" }) });
+                shared.emit(AgentEvent {
+                    kind: AgentEventKind::Result,
+                    payload: json!({ "subtype": reason, "result": "" }),
+                });
                 let code = if stop == StopReason::EndTurn { 0 } else { 1 };
                 let exit = pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false };
                 end_prompt(&shared, &mut job, Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
@@ -580,7 +575,7 @@ async fn start_session(
     let session = cx.send_request(new).block_task().await?;
     let info = agent.agent_info.map(|i| i.name).unwrap_or_default();
     shared.emit(AgentEvent {
-        kind: "agent_init",
+        kind: AgentEventKind::Init,
         payload: json!({
             "session_id": session.session_id.to_string(),
             "model": info,

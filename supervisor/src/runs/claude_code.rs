@@ -1,6 +1,7 @@
 //! The claude-code adapter's pure parts: the settings and MCP config written into the
-//! agent's config directory (read-only inside the envelope), the CLI's command line,
-//! and its stream-json output read as run events.
+//! agent's config directory (read-only inside the envelope) and the CLI's command
+//! line. Its stream-json output is the agent's, and is read by the run's own process
+//! (`cc-runner`'s `adapters::claude_code`), never here.
 //!
 //! What reaches Claude Code's own tool calls, honestly: its Read, Write and Edit run
 //! inside the CLI and are seen only through the PreToolUse hook registered here (for
@@ -19,8 +20,6 @@ pub const MCP_CONFIG_FILE: &str = "claude-mcp.json";
 /// What the hook matches: Bash (the command policy), the file-writing tools (path
 /// rules and modes) and every MCP tool (only the product's own pass).
 pub const HOOKED: &[&str] = &["Bash", "Write|Edit|MultiEdit|NotebookEdit", "mcp__.*"];
-/// The most of one event's text kept in the event log.
-pub(super) const MAX_EVENT_TEXT: usize = 16 * 1024;
 
 /// The hook's own deadline, and the timeout Claude Code is told, which is later: the
 /// hook answers deny itself before Claude Code would give up on it and run the tool.
@@ -170,99 +169,6 @@ pub fn argv(program: &str, prompt: &str, config_dir: &str, resume: Option<&str>)
     argv
 }
 
-/// One of the agent's steps, as the run's event log keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentEvent {
-    /// `agent_init`, `agent_text`, `agent_tool_use`, `agent_tool_result`, `agent_result`.
-    pub kind: &'static str,
-    pub payload: Value,
-}
-
-pub(super) fn clipped(text: &str) -> String {
-    if text.len() <= MAX_EVENT_TEXT {
-        return text.to_owned();
-    }
-    let mut end = MAX_EVENT_TEXT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &text[..end], text.len())
-}
-
-/// A tool result's content: a string, or blocks of which the text ones are kept.
-fn content_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => {
-            blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
-        }
-        _ => String::new(),
-    }
-}
-
-/// The events in one line of the CLI's stream-json output; none for a line that is
-/// not one of its messages (it is still the agent's output, and is dropped).
-pub fn events(line: &str) -> Vec<AgentEvent> {
-    let Ok(message) = serde_json::from_str::<Value>(line) else { return vec![] };
-    let text = |v: &Value, field: &str| v.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
-    let blocks = || message.pointer("/message/content").and_then(Value::as_array).cloned().unwrap_or_default();
-    match (message.get("type").and_then(Value::as_str), message.get("subtype").and_then(Value::as_str)) {
-        (Some("system"), Some("init")) => vec![AgentEvent {
-            kind: "agent_init",
-            payload: json!({
-                "session_id": text(&message, "session_id"),
-                "model": text(&message, "model"),
-                "cwd": text(&message, "cwd"),
-                "permission_mode": text(&message, "permissionMode"),
-                "tools": message.get("tools").cloned().unwrap_or(Value::Null),
-                "mcp_servers": message.get("mcp_servers").cloned().unwrap_or(Value::Null),
-            }),
-        }],
-        (Some("assistant"), _) => blocks()
-            .iter()
-            .filter_map(|block| match block.get("type").and_then(Value::as_str) {
-                Some("text") => {
-                    Some(AgentEvent { kind: "agent_text", payload: json!({ "text": clipped(&text(block, "text")) }) })
-                }
-                Some("tool_use") => Some(AgentEvent {
-                    kind: "agent_tool_use",
-                    payload: json!({
-                        "id": text(block, "id"),
-                        "name": text(block, "name"),
-                        "input": clipped(&block.get("input").map(Value::to_string).unwrap_or_default()),
-                    }),
-                }),
-                _ => None,
-            })
-            .collect(),
-        (Some("user"), _) => blocks()
-            .iter()
-            .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
-            .map(|block| AgentEvent {
-                kind: "agent_tool_result",
-                payload: json!({
-                    "tool_use_id": text(block, "tool_use_id"),
-                    "is_error": block.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-                    "content": clipped(&content_text(block.get("content").unwrap_or(&Value::Null))),
-                }),
-            })
-            .collect(),
-        (Some("result"), subtype) => vec![AgentEvent {
-            kind: "agent_result",
-            payload: json!({
-                "subtype": subtype.unwrap_or_default(),
-                "is_error": message.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-                "result": clipped(&text(&message, "result")),
-                "num_turns": message.get("num_turns").and_then(Value::as_u64).unwrap_or(0),
-                "total_cost_usd": message.get("total_cost_usd").and_then(Value::as_f64).unwrap_or(0.0),
-                "duration_ms": message.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
-                "session_id": text(&message, "session_id"),
-            }),
-        }],
-        _ => vec![],
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,33 +227,5 @@ mod tests {
         assert_eq!(&a[a.len() - 2..], ["--", "--help me"]);
         let b = argv("claude", "go on", "/c", Some("s-1"));
         assert_eq!(b[b.iter().position(|x| x == "--resume").unwrap() + 1], "s-1");
-    }
-
-    #[test]
-    fn stream_json_lines_become_events() {
-        let init = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m","cwd":"/w","permissionMode":"bypassPermissions","tools":["Bash"]}"#;
-        assert_eq!(events(init)[0].kind, "agent_init");
-        assert_eq!(events(init)[0].payload["session_id"], "s1");
-        let assistant = r#"{"type":"assistant","message":{"content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}"#;
-        let e = events(assistant);
-        assert_eq!(e.iter().map(|e| e.kind).collect::<Vec<_>>(), ["agent_text", "agent_tool_use"]);
-        assert_eq!(e[1].payload["name"], "Bash");
-        assert_eq!(e[1].payload["input"], r#"{"command":"ls"}"#);
-        let user = r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":[{"type":"text","text":"denied"}]}]}}"#;
-        let e = events(user);
-        assert_eq!(e[0].kind, "agent_tool_result");
-        assert_eq!(e[0].payload["is_error"], true);
-        assert_eq!(e[0].payload["content"], "denied");
-        let result = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"done","total_cost_usd":0.5,"session_id":"s1"}"#;
-        assert_eq!(events(result)[0].payload["num_turns"], 2);
-        assert_eq!(events(result)[0].payload["total_cost_usd"], 0.5);
-        for junk in ["", "not json", "[]", r#"{"type":"stream_event"}"#, r#"{"type":"assistant"}"#] {
-            assert!(events(junk).is_empty(), "{junk}");
-        }
-        let long = format!(
-            r#"{{"type":"assistant","message":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#,
-            "é".repeat(20_000)
-        );
-        assert!(events(&long)[0].payload["text"].as_str().unwrap().ends_with("(40000 bytes in all)"));
     }
 }

@@ -16,6 +16,7 @@
 pub mod acp;
 mod acp_link;
 mod acp_terminal;
+pub mod agent_events;
 pub mod claude_code;
 mod credentials;
 pub mod egress;

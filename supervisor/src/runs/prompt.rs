@@ -1,21 +1,25 @@
 //! A prompt to a run's agent (adapter claude-code): the `claude` CLI in the run's
-//! overlay envelope, its stream-json output read line by line into the run's events
-//! ([`super::claude_code::events`]) and streamed back. One prompt at a time per run; a
+//! overlay envelope, its stream-json output relayed unread to the run's own process,
+//! which reads it into typed steps (`cc.runner.v1.ParseAgentOutput`); the steps are
+//! recorded as the run's events and streamed back. One prompt at a time per run; a
 //! later one resumes the session the first began.
 
 use std::io::Write;
 use std::path::Path;
 
 use cc_proto::common::v1::EnvelopeKind;
+use cc_proto::runner::v1 as rn;
 use cc_proto::sandboxd::v1 as sb;
 use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::prompt_run_response::Event;
+use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use super::agent_events::{AgentEvent, AgentEventKind};
 use super::claude_code;
 use super::{RunError, RunManager};
 use crate::ids::RunId;
@@ -23,15 +27,8 @@ use cc_proto::common::v1::Adapter;
 
 /// The most a prompt may hold.
 pub const MAX_PROMPT_BYTES: usize = 256 * 1024;
-/// A stream-json line longer than this is dropped (and said so): one message of the
-/// agent's, a tool result with a whole file in it, fits well within.
-const MAX_LINE_BYTES: usize = 8 << 20;
 /// The agent's error output passed on, at most; the rest is dropped.
 const MAX_STDERR_BYTES: u64 = 1 << 20;
-/// The events one prompt records at most: an agent that loops for hours must not fill
-/// the event log. Past it one `agent_events_suppressed` says so; its steps still
-/// stream to the client.
-const MAX_EVENTS_PER_PROMPT: u32 = 10_000;
 
 /// The run's agent session: the session id its first prompt began, held locked while
 /// a prompt runs.
@@ -118,7 +115,7 @@ impl RunManager {
                     .into(),
             ));
         }
-        let mut session = run.agent.0.clone().try_lock_owned().map_err(|_| RunError::AgentBusy(run_id.clone()))?;
+        let session = run.agent.0.clone().try_lock_owned().map_err(|_| RunError::AgentBusy(run_id.clone()))?;
         let config_dir = String::from_utf8_lossy(&run.policy.agent_config).into_owned();
         let argv = claude_code::argv(&config.program, &prompt, &config_dir, session.as_deref());
         let request = sb::LaunchRequest {
@@ -131,119 +128,225 @@ impl RunManager {
         };
         let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
         let deadline = tokio::time::Instant::now() + deadline_after;
-        let mut launched = self.launch(&run, request, "claude-code").await?;
-        let events = self.events().clone();
-        let subject = format!("run:{}", run.record.id);
+        // The run's process reads the output; its reading opens before the agent
+        // starts, so a runner that cannot serve fails the prompt with no agent run.
+        let reading = self.read_in_runner(&run).await?;
+        let launched = self.launch(&run, request, "claude-code").await?;
         // Room for bursts of a reading client; at most 256 events of at most 16 KiB held.
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(async move {
-            // A client that stops reading must not stall the agent: its steps are in the
-            // event log either way, so what it does not take in time is dropped for it.
-            // The last message, the exit, waits for it up to the deadline.
-            let send = |event| {
-                let tx = tx.clone();
-                async move {
-                    let _ = tx.try_send(Ok(pb::PromptRunResponse { event: Some(event) }));
-                }
-            };
-            let mut pending: Vec<u8> = Vec::new();
-            let mut overlong = false;
-            let mut stderr_sent = 0u64;
-            let mut recorded = 0u32;
-            loop {
-                let next = tokio::select! {
-                    next = launched.next() => next,
-                    _ = tokio::time::sleep_until(deadline) => {
-                        let what = "the agent's end (its timeout passed)";
-                        let _ = tx.send(Err(cc_proto::reasons::helper_timeout("sandboxd", what, deadline_after))).await;
+        let relay = Relay {
+            events: self.events().clone(),
+            subject: format!("run:{}", run.record.id),
+            on_host,
+            out: tx,
+            deadline,
+            deadline_after,
+        };
+        tokio::spawn(relay.run(launched, reading, session));
+        Ok(ReceiverStream::new(rx))
+    }
+
+    /// Opens the run's process's reading of one prompt's output, for the adapter of
+    /// the run.
+    async fn read_in_runner(&self, run: &super::LiveRun) -> Result<Reading, RunError> {
+        use rn::parse_agent_output_request::Input;
+        let mut runner = run.ready_runner(self.deadlines().runner_call()).await?;
+        let (input, input_rx) = mpsc::channel(RELAYED_CHUNKS);
+        let first = rn::ParseAgentOutputRequest { input: Some(Input::Adapter(run.record.adapter as i32)) };
+        let _ = input.send(first).await;
+        let opened = runner.parse_agent_output(ReceiverStream::new(input_rx));
+        let steps = crate::channels::within("runner", "ParseAgentOutput", self.deadlines().runner_call(), opened)
+            .await
+            .map_err(RunError::Helper)?
+            .into_inner();
+        Ok(Reading { input, steps })
+    }
+}
+
+/// The agent's stdout chunks relayed to the run's process and not yet taken: when it
+/// reads slower than the agent writes, the agent waits.
+const RELAYED_CHUNKS: usize = 16;
+
+/// A prompt's output on its way to the run's process, and the steps coming back.
+struct Reading {
+    input: mpsc::Sender<rn::ParseAgentOutputRequest>,
+    steps: tonic::Streaming<rn::ParseAgentOutputResponse>,
+}
+
+/// One claude-code prompt in flight: the agent's stdout relayed unread to the run's
+/// process, the steps it reads recorded and streamed, everything else of the launch
+/// passed on.
+struct Relay {
+    events: std::sync::Arc<crate::events::EventLog>,
+    subject: String,
+    on_host: bool,
+    out: mpsc::Sender<Result<pb::PromptRunResponse, Status>>,
+    deadline: tokio::time::Instant,
+    deadline_after: std::time::Duration,
+}
+
+/// What the launch said besides its stdout, in order; its end last.
+enum LaunchNews {
+    Event(LaunchEvent),
+    Ended(Result<sb::Exit, Status>),
+}
+
+impl Relay {
+    async fn run(
+        self,
+        launched: tonic::Streaming<sb::LaunchResponse>,
+        reading: Reading,
+        mut session: tokio::sync::OwnedMutexGuard<Option<String>>,
+    ) {
+        let Reading { input, mut steps } = reading;
+        let (news, mut news_rx) = mpsc::channel(64);
+        // The launch is read by a task of its own, so that relaying a chunk to the run's
+        // process never waits on the steps this task has yet to take.
+        let forwarding = tokio::spawn(forward_launch(launched, input, news));
+        let _forwarding = AbortOnDrop(forwarding);
+        let mut budget = super::agent_events::PromptBudget::default();
+        let mut stderr_sent = 0u64;
+        let mut ended: Option<Result<sb::Exit, Status>> = None;
+        let mut read_all = false;
+        // The prompt ends when the launch has ended and the run's process has read all
+        // it was given; its exit comes last.
+        while !(read_all && ended.is_some()) {
+            tokio::select! {
+                step = steps.message(), if !read_all => match step {
+                    Ok(Some(step)) => self.step(step, &mut budget, &mut session),
+                    Ok(None) => read_all = true,
+                    Err(status) => {
+                        // The runner died (a kill, its memory limit): the agent's output
+                        // has no one to read it, so the prompt ends and the agent with it.
+                        let detail = format!("it ended mid-prompt: {}", status.message());
+                        self.events.record("agent_output_unread", &self.subject, json!({ "reason": detail }));
+                        let _ = self.out.send(Err(Status::from(RunError::HelperGone { helper: "runner", detail }))).await;
                         return;
                     }
-                };
-                // The client going away does not stop the agent: its steps are still
-                // the run's events, and the prompt's end is awaited.
-                match next {
-                    None => {
-                        let detail = "its stream ended before the agent's exit".to_owned();
-                        let gone = RunError::HelperGone { helper: "sandboxd", detail };
-                        let _ = tx.send(Err(Status::from(gone))).await;
-                        return;
-                    }
-                    Some(Err(status)) => {
-                        let _ = tx.send(Err(status)).await;
-                        return;
-                    }
-                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Stdout(chunk)) })) => {
-                        pending.extend_from_slice(&chunk);
-                        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                            let line: Vec<u8> = pending.drain(..=end).collect();
-                            if std::mem::take(&mut overlong) {
-                                continue;
-                            }
-                            for mut event in claude_code::events(&String::from_utf8_lossy(&line)) {
-                                if on_host {
-                                    event.payload["unsandboxed"] = serde_json::Value::Bool(true);
-                                }
-                                if event.kind == "agent_init"
-                                    && let Some(id) = event.payload["session_id"].as_str().filter(|s| !s.is_empty())
-                                {
-                                    *session = Some(id.to_owned());
-                                }
-                                recorded += 1;
-                                if recorded <= MAX_EVENTS_PER_PROMPT {
-                                    events.record(event.kind, &subject, event.payload.clone());
-                                } else if recorded == MAX_EVENTS_PER_PROMPT + 1 {
-                                    let note = serde_json::json!({ "after": MAX_EVENTS_PER_PROMPT });
-                                    events.record("agent_events_suppressed", &subject, note);
-                                }
-                                let payload_json = event.payload.to_string();
-                                send(Event::AgentEvent(pb::AgentEvent { kind: event.kind.into(), payload_json })).await;
-                            }
-                        }
-                        if pending.len() > MAX_LINE_BYTES {
-                            pending.clear();
-                            overlong = true;
-                            let note =
-                                format!("cc: a line of the agent's output over {MAX_LINE_BYTES} bytes was dropped\n");
-                            send(Event::Stderr(note.into_bytes())).await;
-                        }
-                    }
-                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Stderr(chunk)) })) => {
-                        if stderr_sent < MAX_STDERR_BYTES {
-                            let keep = chunk.len().min((MAX_STDERR_BYTES - stderr_sent) as usize);
-                            stderr_sent += keep as u64;
-                            send(Event::Stderr(chunk[..keep].to_vec())).await;
-                        }
-                    }
-                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Envelope(kind)) })) => {
-                        send(Event::Envelope(kind)).await;
-                    }
-                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Violation(v)) })) => {
-                        let payload = serde_json::json!({
-                            "attempted": v.attempted, "blocked_by": v.blocked_by, "line": v.line, "tool": "claude-code",
-                        });
-                        events.record("sandbox_violation", &subject, payload);
-                    }
-                    Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Exit(exit)) })) => {
-                        let exit = pb::BashExit {
-                            code: exit.code,
-                            signal: exit.signal,
-                            timed_out: exit.timed_out,
-                            truncated: false,
-                        };
-                        let mut payload = serde_json::json!({ "code": exit.code, "signal": exit.signal, "timed_out": exit.timed_out });
-                        if on_host {
-                            payload["unsandboxed"] = serde_json::Value::Bool(true);
-                        }
-                        events.record("agent_exited", &subject, payload);
-                        let last = tx.send(Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
-                        let _ = tokio::time::timeout_at(deadline, last).await;
-                        return;
-                    }
-                    Some(Ok(_)) => {}
+                },
+                news = news_rx.recv(), if ended.is_none() => match news {
+                    Some(LaunchNews::Event(event)) => self.launch_event(event, &mut stderr_sent),
+                    Some(LaunchNews::Ended(end)) => ended = Some(end),
+                    None => ended = Some(Err(gone("its stream ended before the agent's exit"))),
+                },
+                _ = tokio::time::sleep_until(self.deadline) => {
+                    let what = "the agent's end (its timeout passed)";
+                    let _ = self.out.send(Err(cc_proto::reasons::helper_timeout("sandboxd", what, self.deadline_after))).await;
+                    return;
                 }
             }
-        });
-        Ok(ReceiverStream::new(rx))
+        }
+        match ended {
+            Some(Ok(exit)) => self.exited(exit).await,
+            Some(Err(status)) => {
+                let _ = self.out.send(Err(status)).await;
+            }
+            None => {}
+        }
+    }
+
+    /// A client that stops reading must not stall the agent: its steps are in the
+    /// event log either way, so what it does not take in time is dropped for it.
+    fn send(&self, event: Event) {
+        let _ = self.out.try_send(Ok(pb::PromptRunResponse { event: Some(event) }));
+    }
+
+    fn step(
+        &self,
+        step: rn::ParseAgentOutputResponse,
+        budget: &mut super::agent_events::PromptBudget,
+        session: &mut Option<String>,
+    ) {
+        use rn::parse_agent_output_response::Output;
+        match step.output {
+            Some(Output::Event(event)) => {
+                let Some(mut event) = AgentEvent::from_step(event) else { return };
+                if self.on_host {
+                    event.payload["unsandboxed"] = serde_json::Value::Bool(true);
+                }
+                if event.kind == AgentEventKind::Init
+                    && let Some(id) = event.payload["session_id"].as_str().filter(|s| !s.is_empty())
+                {
+                    *session = Some(id.to_owned());
+                }
+                budget.record(&self.events, &self.subject, &event);
+                self.send(Event::AgentEvent(event.to_wire()));
+            }
+            Some(Output::Dropped(why)) => self.send(Event::Stderr(format!("cc: {why}\n").into_bytes())),
+            None => {}
+        }
+    }
+
+    fn launch_event(&self, event: LaunchEvent, stderr_sent: &mut u64) {
+        match event {
+            LaunchEvent::Stderr(chunk) if *stderr_sent < MAX_STDERR_BYTES => {
+                let keep = chunk.len().min((MAX_STDERR_BYTES - *stderr_sent) as usize);
+                *stderr_sent += keep as u64;
+                self.send(Event::Stderr(chunk[..keep].to_vec()));
+            }
+            LaunchEvent::Envelope(kind) => self.send(Event::Envelope(kind)),
+            LaunchEvent::Violation(v) => {
+                let payload = json!({
+                    "attempted": v.attempted, "blocked_by": v.blocked_by, "line": v.line, "tool": "claude-code",
+                });
+                self.events.record("sandbox_violation", &self.subject, payload);
+            }
+            _ => {}
+        }
+    }
+
+    /// The last message, the exit, waits for the client up to the deadline.
+    async fn exited(&self, exit: sb::Exit) {
+        let exit = pb::BashExit { code: exit.code, signal: exit.signal, timed_out: exit.timed_out, truncated: false };
+        let mut payload = json!({ "code": exit.code, "signal": exit.signal, "timed_out": exit.timed_out });
+        if self.on_host {
+            payload["unsandboxed"] = serde_json::Value::Bool(true);
+        }
+        self.events.record("agent_exited", &self.subject, payload);
+        let last = self.out.send(Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
+        let _ = tokio::time::timeout_at(self.deadline, last).await;
+    }
+}
+
+fn gone(detail: &str) -> Status {
+    Status::from(RunError::HelperGone { helper: "sandboxd", detail: detail.to_owned() })
+}
+
+/// Reads the launch: its stdout to the run's process, unread; the rest, and its end,
+/// to the relay. Dropping the stdout's sender tells the run's process the output ended.
+async fn forward_launch(
+    mut launched: tonic::Streaming<sb::LaunchResponse>,
+    input: mpsc::Sender<rn::ParseAgentOutputRequest>,
+    news: mpsc::Sender<LaunchNews>,
+) {
+    use rn::parse_agent_output_request::Input;
+    let end = loop {
+        match launched.next().await {
+            None => break Err(gone("its stream ended before the agent's exit")),
+            Some(Err(status)) => break Err(status),
+            Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Stdout(chunk)) })) => {
+                // A runner that is gone is the relay's to report, from its side.
+                let _ = input.send(rn::ParseAgentOutputRequest { input: Some(Input::Stdout(chunk)) }).await;
+            }
+            Some(Ok(sb::LaunchResponse { event: Some(LaunchEvent::Exit(exit)) })) => break Ok(exit),
+            Some(Ok(sb::LaunchResponse { event: Some(event) })) => {
+                if news.send(LaunchNews::Event(event)).await.is_err() {
+                    return;
+                }
+            }
+            Some(Ok(sb::LaunchResponse { event: None })) => {}
+        }
+    };
+    drop(input);
+    let _ = news.send(LaunchNews::Ended(end)).await;
+}
+
+/// Ends the launch's reading (and so the agent) with the prompt that owns it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
