@@ -2,13 +2,51 @@
 //! JSON message a line, read into the agent's steps. A line that is not one of its
 //! messages is still the agent's output and is dropped; nothing in a line can make
 //! more than its own steps, each bounded ([`cc_proto::agent_event`]).
+//!
+//! The event log is what a person reads to learn what the agent did, so a step the
+//! output cannot have honestly made is not recorded: a tool result for a call the
+//! prompt never made is dropped, and said so.
 
 use cc_proto::agent_event::{MAX_EVENT_LIST, MAX_EVENT_TEXT, clipped, clipped_id};
 use cc_proto::runner::v1::agent_event::Step;
+use cc_proto::runner::v1::parse_agent_output_response::Output;
 use cc_proto::runner::v1::{
     AgentEvent, AgentInit, AgentResult, AgentText, AgentToolResult, AgentToolUse, McpServerState,
 };
 use serde_json::Value;
+
+/// The most tool calls one prompt's reading remembers; past it, results of later
+/// calls are not recorded (a prompt's event budget is spent long before).
+pub const MAX_CALLS_REMEMBERED: usize = 10_000;
+
+/// One prompt's output: the tool calls it has made so far.
+#[derive(Default)]
+pub struct Session {
+    calls: std::collections::HashSet<String>,
+}
+
+impl super::StepReader for Session {
+    fn line(&mut self, line: &str) -> Vec<Output> {
+        let mut out = Vec::new();
+        for event in events(line) {
+            match &event.step {
+                Some(Step::ToolUse(call)) if self.calls.len() < MAX_CALLS_REMEMBERED => {
+                    self.calls.insert(call.id.clone());
+                }
+                Some(Step::ToolResult(result)) if !self.calls.contains(&result.tool_use_id) => {
+                    let id = clipped(&result.tool_use_id, 64);
+                    out.push(Output::Dropped(format!(
+                        "a tool result for a call the agent never made ({id}) was not recorded"
+                    )));
+                    continue;
+                }
+                _ => {}
+            }
+            out.push(Output::Event(event));
+        }
+        out
+    }
+}
 
 /// The steps in one line of the CLI's stream-json output.
 pub fn events(line: &str) -> Vec<AgentEvent> {
@@ -124,6 +162,23 @@ mod tests {
         {
             assert!(events(junk).is_empty(), "{}", &junk[..junk.len().min(40)]);
         }
+    }
+
+    #[test]
+    fn a_result_for_a_call_never_made_is_dropped_and_said_so() {
+        use super::super::StepReader;
+        let call =
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Bash","input":{}}]}}"#;
+        let result = |id: &str| {
+            format!(
+                r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"{id}","content":"ok"}}]}}}}"#
+            )
+        };
+        let mut session = Session::default();
+        assert!(matches!(session.line(&result("t1"))[..], [Output::Dropped(ref why)] if why.contains("(t1)")));
+        assert!(matches!(session.line(call)[..], [Output::Event(_)]));
+        assert!(matches!(session.line(&result("t1"))[..], [Output::Event(_)]));
+        assert!(matches!(session.line(&result("t2"))[..], [Output::Dropped(_)]));
     }
 
     #[test]

@@ -9,9 +9,7 @@ pub mod claude_code;
 
 use cc_proto::common::v1::Adapter;
 use cc_proto::runner::v1::parse_agent_output_request::Input;
-use cc_proto::runner::v1::{
-    AgentEvent, ParseAgentOutputRequest, ParseAgentOutputResponse, parse_agent_output_response::Output,
-};
+use cc_proto::runner::v1::{ParseAgentOutputRequest, ParseAgentOutputResponse, parse_agent_output_response::Output};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
@@ -63,10 +61,16 @@ pub async fn parse(mut input: Streaming<ParseAgentOutputRequest>) -> Result<Step
 /// of Claude Code's, a tool result with a whole file in it, fits well within.
 pub const MAX_LINE_BYTES: usize = 8 << 20;
 
+/// An adapter's reading of one prompt's output, a whole line at a time.
+pub trait StepReader: Send {
+    /// The steps in `line`, and notes on what of it was not read.
+    fn line(&mut self, line: &str) -> Vec<Output>;
+}
+
 /// One prompt's output, read line by line. What is held is at most one line, so an
 /// agent that writes a gigabyte with no newline costs [`MAX_LINE_BYTES`], not a gigabyte.
 pub struct Reader {
-    parse: fn(&str) -> Vec<AgentEvent>,
+    steps: Box<dyn StepReader>,
     pending: Vec<u8>,
     /// The rest of an overlong line is skipped up to its newline.
     skipping: bool,
@@ -76,11 +80,11 @@ impl Reader {
     /// The reader for `adapter`'s output; `None` for an adapter whose agent writes no
     /// stream to read here.
     pub fn for_adapter(adapter: Adapter) -> Option<Self> {
-        let parse = match adapter {
-            Adapter::ClaudeCode | Adapter::ClaudeCodeNosandbox => claude_code::events,
+        let steps: Box<dyn StepReader> = match adapter {
+            Adapter::ClaudeCode | Adapter::ClaudeCodeNosandbox => Box::<claude_code::Session>::default(),
             Adapter::Unspecified | Adapter::Harness | Adapter::Acp => return None,
         };
-        Some(Self { parse, pending: Vec::new(), skipping: false })
+        Some(Self { steps, pending: Vec::new(), skipping: false })
     }
 
     /// The steps in `chunk` and the lines before it it completes, in order.
@@ -99,8 +103,7 @@ impl Reader {
             }
             self.hold(line);
             let line = std::mem::take(&mut self.pending);
-            let events = (self.parse)(&String::from_utf8_lossy(&line));
-            out.extend(events.into_iter().map(|e| ParseAgentOutputResponse { output: Some(Output::Event(e)) }));
+            out.extend(self.read(&line));
         }
         if self.skipping {
             return out;
@@ -131,10 +134,13 @@ impl Reader {
             return vec![];
         }
         let line = std::mem::take(&mut self.pending);
-        (self.parse)(&String::from_utf8_lossy(&line))
-            .into_iter()
-            .map(|e| ParseAgentOutputResponse { output: Some(Output::Event(e)) })
-            .collect()
+        self.read(&line)
+    }
+
+    /// One whole line's steps; bytes that are not UTF-8 are read as U+FFFD.
+    fn read(&mut self, line: &[u8]) -> Vec<ParseAgentOutputResponse> {
+        let steps = self.steps.line(&String::from_utf8_lossy(line));
+        steps.into_iter().map(|output| ParseAgentOutputResponse { output: Some(output) }).collect()
     }
 }
 
@@ -202,6 +208,17 @@ mod tests {
         line.extend_from_slice(TEXT);
         line.push(b'\n');
         assert_eq!(kinds(&reader.feed(&line)), ["dropped", "event"]);
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_read_as_replacement_characters() {
+        let mut reader = Reader::for_adapter(Adapter::ClaudeCode).unwrap();
+        let line =
+            b"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"a\xff\xfeb\"}]}}\n";
+        let out = reader.feed(line);
+        let Some(Output::Event(event)) = &out[0].output else { panic!("{out:?}") };
+        let Some(cc_proto::runner::v1::agent_event::Step::Text(text)) = &event.step else { panic!("{event:?}") };
+        assert_eq!(text.text, "a\u{fffd}\u{fffd}b");
     }
 
     #[test]
