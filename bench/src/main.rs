@@ -18,6 +18,8 @@
 //! * `egress`: 1 GiB through a run's CONNECT tunnel vs straight over loopback (and
 //!   through srt's proxy), and the connect latency the proxy adds.
 //! * `adapters`: the claude-code hook's decision latency.
+//! * `hostile`: the supervisor's memory and status latency, and a quiet run's read,
+//!   while a Claude Code stand-in attacks its adapter; its idle memory with 20 runs.
 //! * `microvm`: a microVM's boot to its agent, `exec true` through the agent, and
 //!   QEMU's memory.
 //! * `terminals`: a hosted terminal's keystroke echo and `cat` throughput against a
@@ -39,6 +41,7 @@ mod corpus;
 mod egress;
 mod gate;
 mod git;
+mod hostile;
 mod limits;
 mod load;
 mod microvm;
@@ -62,12 +65,13 @@ fn main() -> anyhow::Result<()> {
         "git" => git::run(),
         "egress" => egress::run(std::env::args().nth(2)),
         "adapters" => adapters::run(),
+        "hostile" => hostile::run(),
         "terminals" => terminals::run(),
         "microvm" => microvm::run(),
         "paths" => paths::run(),
         other => {
             bail!(
-                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, terminals, microvm, paths)"
+                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, hostile, terminals, microvm, paths)"
             )
         }
     }
@@ -130,8 +134,8 @@ pub(crate) fn start(root: &Path, n: usize) -> anyhow::Result<(Running, Duration)
 
 pub(crate) struct Stats {
     pub(crate) median: Duration,
-    p90: Duration,
-    p99: Duration,
+    pub(crate) p90: Duration,
+    pub(crate) p99: Duration,
     min: Duration,
 }
 
@@ -162,7 +166,7 @@ pub(crate) fn vm_rss_kib(proc_dir: &Path) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
