@@ -454,6 +454,7 @@ async fn prompts(
         let Some(mut job) = job else { break };
         // What an idle agent said before is not this prompt's.
         *shared.lock_current() = Current { out: Some(job.out.clone()), ..Default::default() };
+        let _records = shared.manager.events().prompt_scope(shared.run_id.as_str());
         let deadline = tokio::time::Instant::now() + job.timeout;
         let timeout = job.timeout;
         let late = move || cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", timeout);

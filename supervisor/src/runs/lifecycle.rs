@@ -284,6 +284,7 @@ impl RunManager {
             live.cgroup.remove().await;
             cc_proto::socket::remove_socket(&runner_socket(&self.env.data, &live.record.conversation, run_id));
         }
+        self.env.events.end_run(id);
         self.env.events.record(
             "run_ended",
             &format!("run:{id}"),
@@ -334,6 +335,7 @@ impl RunManager {
         for id in left {
             let reason = format!("{REASON} before the run had stopped");
             if self.env.store.end_run(id.as_str(), RunState::Stopped, now(), &reason).is_ok() {
+                self.env.events.end_run(id.as_str());
                 let payload = json!({ "state": "stopped", "reason": reason });
                 self.env.events.record("run_ended", &format!("run:{}", id.as_str()), payload);
             }

@@ -137,6 +137,7 @@ impl RunManager {
         let relay = Relay {
             events: self.events().clone(),
             subject: format!("run:{}", run.record.id),
+            run_id: run.record.id.clone(),
             on_host,
             out: tx,
             deadline,
@@ -179,6 +180,7 @@ struct Reading {
 struct Relay {
     events: std::sync::Arc<crate::events::EventLog>,
     subject: String,
+    run_id: String,
     on_host: bool,
     out: mpsc::Sender<Result<pb::PromptRunResponse, Status>>,
     deadline: tokio::time::Instant,
@@ -199,6 +201,7 @@ impl Relay {
         mut session: tokio::sync::OwnedMutexGuard<Option<String>>,
     ) {
         let Reading { input, mut steps } = reading;
+        let _records = self.events.prompt_scope(&self.run_id);
         let (news, mut news_rx) = mpsc::channel(64);
         // The launch is read by a task of its own, so that relaying a chunk to the run's
         // process never waits on the steps this task has yet to take.

@@ -1,5 +1,8 @@
 //! The event log: every event is a row in `state.db` first, then is broadcast to
 //! followers. Followers that fall behind re-read from the database, so none is lost.
+//! What one run may write is bounded ([`budget`]).
+
+pub mod budget;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -12,6 +15,18 @@ use tonic::Status;
 
 use crate::store::{Store, StoreError};
 
+/// One prompt's records, as long as it lasts: see [`EventLog::prompt_scope`].
+pub struct PromptScope {
+    log: Arc<EventLog>,
+    run_id: String,
+}
+
+impl Drop for PromptScope {
+    fn drop(&mut self) {
+        self.log.end_prompt(&self.run_id);
+    }
+}
+
 /// How many events one database read returns while replaying.
 const PAGE: usize = 512;
 
@@ -20,19 +35,56 @@ pub struct EventLog {
     live: broadcast::Sender<Event>,
     /// Held across insert and broadcast, so that followers see ids in order: a
     /// follower skips ids it has passed, and out-of-order sends would lose events.
-    order: std::sync::Mutex<()>,
+    /// It holds the runs' record budgets, which are counted in the same order.
+    order: std::sync::Mutex<budget::RecordBudgets>,
 }
 
 impl EventLog {
     pub fn new(store: Arc<Store>) -> Self {
         let (live, _) = broadcast::channel(1024);
-        Self { store, live, order: std::sync::Mutex::new(()) }
+        Self { store, live, order: std::sync::Mutex::default() }
     }
 
     /// Records an event. A failure to store is logged, not fatal: the supervisor's job
     /// is to keep the helpers running, and the log line carries the event.
     pub fn record(&self, kind: &str, subject: &str, payload: serde_json::Value) {
-        let _ordered = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let mut budgets = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        match budgets.admit(subject, kind) {
+            budget::Admit::Record => self.write(kind, subject, payload),
+            budget::Admit::RecordThenNote(note) => {
+                self.write(kind, subject, payload);
+                self.write(budget::SUPPRESSED, subject, note);
+            }
+            budget::Admit::Suppress => {}
+        }
+    }
+
+    /// A prompt of `run_id` begins: its records have a budget of their own until the
+    /// scope returned is dropped.
+    pub fn prompt_scope(self: &Arc<Self>, run_id: &str) -> PromptScope {
+        self.order.lock().unwrap_or_else(|p| p.into_inner()).begin_prompt(run_id);
+        PromptScope { log: self.clone(), run_id: run_id.to_owned() }
+    }
+
+    /// A prompt of `run_id` ended: what its records' budget suppressed is summed up.
+    fn end_prompt(&self, run_id: &str) {
+        let mut budgets = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(summary) = budgets.end_prompt(run_id) {
+            self.write(budget::SUPPRESSED, &format!("run:{run_id}"), summary);
+        }
+    }
+
+    /// `run_id` ended: what its records' budget suppressed since the last summary is
+    /// summed up, and its count dropped.
+    pub fn end_run(&self, run_id: &str) {
+        let mut budgets = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(summary) = budgets.forget(run_id) {
+            self.write(budget::SUPPRESSED, &format!("run:{run_id}"), summary);
+        }
+    }
+
+    /// Writes and broadcasts one event; the caller holds `order`.
+    fn write(&self, kind: &str, subject: &str, payload: serde_json::Value) {
         match self.store.append_event(unix_ms(SystemTime::now()), kind, subject, &payload) {
             Ok(event) => {
                 tracing::info!(event.kind = kind, event.subject = subject, event.payload = %event.payload_json, "event");
