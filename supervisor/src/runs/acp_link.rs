@@ -84,6 +84,9 @@ struct PromptJob {
     /// The place of the caller's last word, reserved as the prompt was sent: it
     /// reaches the caller however far behind the steps left it.
     last: Option<LastWord>,
+    /// How the agent ended, once the connection took the prompt: what a prompt the
+    /// connection dropped tells its caller.
+    agent_end: Option<Arc<Mutex<Option<String>>>>,
 }
 
 impl PromptJob {
@@ -101,8 +104,12 @@ impl Drop for PromptJob {
     /// A prompt the connection dropped, queued or in flight, as it ended: its caller
     /// hears so rather than seeing its stream end without a word.
     fn drop(&mut self) {
-        let lost = RunError::AgentFailed("the ACP agent's connection ended before it answered; send it again".into());
-        self.answer(Err(Status::from(lost)));
+        let ended = self.agent_end.as_ref().and_then(|e| e.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        let why = match ended {
+            Some(how) => format!("the ACP agent {how} before it answered; send the prompt again, to a new agent"),
+            None => "the ACP agent's connection ended before it answered; send it again".to_owned(),
+        };
+        self.answer(Err(Status::from(RunError::AgentFailed(why))));
     }
 }
 
@@ -115,7 +122,7 @@ struct Shared {
     terminals: Terminals,
     in_flight: Arc<Semaphore>,
     /// How the agent's process ended, once it has.
-    ended: Mutex<Option<String>>,
+    ended: Arc<Mutex<Option<String>>>,
     /// Whether its launch's stream has ended: an idle agent's end is noticed here, so
     /// that the next prompt starts a new one rather than writing to the dead one.
     gone: watch::Sender<bool>,
@@ -452,6 +459,7 @@ async fn prompts(
             job = jobs.recv() => job,
         };
         let Some(mut job) = job else { break };
+        job.agent_end = Some(shared.ended.clone());
         // What an idle agent said before is not this prompt's.
         *shared.lock_current() = Current { out: Some(job.out.clone()), ..Default::default() };
         let _records = shared.manager.events().prompt_scope(shared.run_id.as_str());
@@ -677,7 +685,7 @@ impl RunManager {
         let last =
             out.clone().try_reserve_owned().map_err(|_| RunError::AgentFailed("the prompt's stream closed".into()))?;
         let timeout = Duration::from_secs(u64::from(timeout));
-        let job = PromptJob { text, timeout, out, session: Some(session), last: Some(last) };
+        let job = PromptJob { text, timeout, out, session: Some(session), last: Some(last), agent_end: None };
         jobs.send(job)
             .await
             .map_err(|_| RunError::AgentFailed("the ACP agent ended as the prompt was sent; send it again".into()))?;
@@ -704,7 +712,7 @@ impl RunManager {
             current: Mutex::default(),
             terminals: Terminals::default(),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-            ended: Mutex::default(),
+            ended: Arc::default(),
             gone: watch::channel(false).0,
             cancelling: watch::channel(false).0,
         });

@@ -18,6 +18,18 @@
 //! - `deaf SECONDS`: the same pause, which nothing ends;
 //! - `fail MESSAGE`: the prompt is answered with a JSON-RPC error (the agent lives on);
 //! - `exit CODE`: the process exits mid-prompt.
+//!
+//! And attacks on the client (issue 36), each answered with what came of it:
+//!
+//! - `permissions COUNT`: COUNT `session/request_permission`s for `ls`, 32 at a time;
+//! - `updates COUNT`: COUNT message chunks;
+//! - `long-updates COUNT MIB`: COUNT message chunks of MIB MiB each;
+//! - `raw-no-newline MIB`: MIB MiB on stdout with no newline (the connection breaks);
+//! - `raw-nested DEPTH` / `raw-invalid-utf8`: one line that is not a message JSON-RPC
+//!   can read, written straight to stdout;
+//! - `keep-terminal`: a terminal (`sleep 60`) created and kept, its id the outcome;
+//! - `terminal-output ID` / `terminal-kill ID` / `terminal-release ID`: asked of the
+//!   terminal ID, which another run may own.
 
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest, InitializeResponse,
@@ -209,6 +221,83 @@ async fn step(cx: &ConnectionTo<Client>, session: &SessionId, line: &str) -> Str
             }
         }
         "exit" => std::process::exit(rest.parse().unwrap_or(3)),
+        "permissions" => permissions(cx, &sid, rest.parse().unwrap_or(1)).await,
+        "updates" | "long-updates" => {
+            let mut words = rest.split_whitespace().map(|w| w.parse::<usize>().unwrap_or(1));
+            let count = words.next().unwrap_or(1);
+            let text = if verb == "updates" { "u".to_owned() } else { "z".repeat(words.next().unwrap_or(1) << 20) };
+            for _ in 0..count {
+                if say(cx, &sid, &text).is_err() {
+                    return "refused the connection ended".into();
+                }
+            }
+            format!("ok {count} sent")
+        }
+        "raw-no-newline" | "raw-nested" | "raw-invalid-utf8" => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let written = match verb {
+                "raw-no-newline" => {
+                    let mib = vec![b'x'; 1 << 20];
+                    (0..rest.parse().unwrap_or(1)).try_for_each(|_| out.write_all(&mib))
+                }
+                "raw-nested" => {
+                    let depth = rest.parse().unwrap_or(1);
+                    out.write_all(format!("{}{}\n", "[".repeat(depth), "]".repeat(depth)).as_bytes())
+                }
+                _ => out.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":\"\xff\xfe\"}\n"),
+            };
+            match written.and_then(|()| out.flush()) {
+                Ok(()) => "ok written".into(),
+                Err(e) => format!("refused {e}"),
+            }
+        }
+        "keep-terminal" => {
+            let create = CreateTerminalRequest::new(sid, "sleep").args(vec!["60".into()]);
+            word(cx.send_request(create).block_task().await.map(|c| c.terminal_id.to_string()))
+        }
+        "terminal-output" => {
+            word(cx.send_request(TerminalOutputRequest::new(sid, rest.to_owned())).block_task().await.map(|o| o.output))
+        }
+        "terminal-kill" => word(
+            cx.send_request(KillTerminalRequest::new(sid, rest.to_owned())).block_task().await.map(|_| String::new()),
+        ),
+        "terminal-release" => word(
+            cx.send_request(ReleaseTerminalRequest::new(sid, rest.to_owned()))
+                .block_task()
+                .await
+                .map(|_| String::new()),
+        ),
         other => format!("unknown step {other}"),
     }
+}
+
+/// `count` permission requests, 32 in flight at a time (the client's own bound).
+async fn permissions(cx: &ConnectionTo<Client>, sid: &SessionId, count: usize) -> String {
+    let (mut allowed, mut refused) = (0, 0);
+    let ask = |i: usize| {
+        let fields = ToolCallUpdateFields::new()
+            .kind(ToolKind::Execute)
+            .title(format!("ls {i}"))
+            .raw_input(serde_json::json!({ "command": "ls" }));
+        let options = vec![
+            PermissionOption::new("yes", "Allow once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
+        ];
+        let asked =
+            RequestPermissionRequest::new(sid.clone(), ToolCallUpdate::new(format!("call-{i}"), fields), options);
+        cx.send_request(asked).block_task()
+    };
+    let mut next = 0;
+    while next < count {
+        let batch: Vec<_> = (next..count.min(next + 32)).map(ask).collect();
+        next += batch.len();
+        for answer in futures::future::join_all(batch).await {
+            match answer.map(|r| r.outcome) {
+                Ok(RequestPermissionOutcome::Selected(s)) if s.option_id.to_string() == "yes" => allowed += 1,
+                _ => refused += 1,
+            }
+        }
+    }
+    format!("ok {allowed} allowed {refused} refused")
 }
