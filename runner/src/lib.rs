@@ -20,7 +20,8 @@ use cc_proto::hardening::CapabilityPolicy;
 use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::runner::v1::runner_server::{Runner, RunnerServer};
 use cc_proto::runner::v1::{
-    CallToolRequest, CallToolResponse, GetStatusRequest, GetStatusResponse, ParseAgentOutputRequest,
+    CallToolRequest, CallToolResponse, DriveAcpAgentRequest, GetStatusRequest, GetStatusResponse,
+    ParseAgentOutputRequest,
 };
 
 use std::path::{Path, PathBuf};
@@ -47,6 +48,14 @@ impl Runner for RunnerService {
     }
 
     type ParseAgentOutputStream = adapters::Steps;
+    type DriveAcpAgentStream = adapters::acp::client::Outputs;
+
+    async fn drive_acp_agent(
+        &self,
+        request: Request<Streaming<DriveAcpAgentRequest>>,
+    ) -> Result<Response<Self::DriveAcpAgentStream>, Status> {
+        Ok(Response::new(adapters::acp::client::drive(request.into_inner()).await?))
+    }
 
     async fn parse_agent_output(
         &self,

@@ -33,6 +33,22 @@ fn world(runs: usize) -> (Fixture, Vec<String>) {
     (f, runs)
 }
 
+/// The stand-in agents' processes (each test has its own data directory).
+fn agents_running(f: &Fixture) -> Vec<u32> {
+    let work = f.sup.data_dir.join(format!("conversations/{}/agents/default/work", f.conversation));
+    let agent = std::fs::canonicalize(work).unwrap().join("acp-standin");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let argv0 = cmdline.split(|b| *b == 0).next()?;
+            (argv0 == agent.as_os_str().as_encoded_bytes()).then_some(pid)
+        })
+        .collect()
+}
+
 fn prompt(f: &Fixture, run: &str, script: &str) -> Output {
     f.sup.ccctl(&["--json", "run", "prompt", run, script, "--timeout", "300"])
 }
@@ -136,4 +152,42 @@ fn an_agent_cannot_reach_another_runs_terminal_by_its_id() {
         assert!(outcome.starts_with("refused") && outcome.contains("no terminal"), "{verb}: {outcome}");
     }
     assert_eq!(outcomes(&f, theirs, &format!("terminal-output {id}")), ["ok "], "still theirs, still running");
+}
+
+/// A kill -9 of the run's runner, the agent's ACP client, mid-prompt: that prompt
+/// ends with the reason, the agent is stopped with it, the runner comes back (its
+/// restart budget is the helpers'), the next prompt starts a new agent, and another
+/// run's agent and runner never noticed.
+#[test]
+fn a_runner_killed_mid_prompt_ends_that_prompt_with_a_reason_and_leaves_other_runs_alone() {
+    let (f, runs) = world(2);
+    let (mine, theirs) = (&runs[0], &runs[1]);
+    assert_eq!(outcomes(&f, theirs, "say up"), ["ok up"]);
+    let their_runner = f.sup.ccctl_json(&["run", "show", theirs])["runner_pid"].as_u64().unwrap();
+    let mut waiting = f
+        .sup
+        .ccctl_command(&["--json", "run", "prompt", mine, "wait 60", "--timeout", "300"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The agent has begun once its session is recorded.
+    let subject = format!("run:{mine}");
+    f.sup.await_event(std::time::Duration::from_secs(30), |e| e.kind == "agent_thought" && e.subject == subject);
+    assert_eq!(agents_running(&f).len(), 2, "one agent each");
+    let runner = f.sup.ccctl_json(&["run", "show", mine])["runner_pid"].as_u64().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(runner as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let status = cc_tests::wait_with_limit(&mut waiting, std::time::Duration::from_secs(30));
+    let out = waiting.wait_with_output().unwrap();
+    assert!(!status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("lost its client: the run's runner ended"), "{stderr}");
+    cc_tests::eventually(std::time::Duration::from_secs(10), "the agent is stopped with its prompt", || {
+        agents_running(&f).len() == 1
+    });
+    f.sup.await_event(std::time::Duration::from_secs(10), |e| e.kind == "runner_restarted" && e.subject == subject);
+    assert_eq!(outcomes(&f, mine, "say again"), ["ok again"], "a new agent, on the new runner");
+    let shown = f.sup.ccctl_json(&["run", "show", theirs]);
+    assert_eq!((shown["state"].as_str(), shown["runner_pid"].as_u64()), (Some("running"), Some(their_runner)));
+    assert_eq!(outcomes(&f, theirs, "say still"), ["ok still"]);
 }

@@ -5,6 +5,7 @@
 //! A new adapter whose agent writes a stream is a module here, with its tests, and a
 //! line in [`Reader::for_adapter`].
 
+pub mod acp;
 pub mod claude_code;
 
 use cc_proto::common::v1::Adapter;

@@ -1,33 +1,29 @@
-//! The acp adapter's connection: the product as the ACP client of the run's agent.
+//! The acp adapter's link: the run's agent, launched through sandboxd, and its ACP
+//! client, which is the run's runner (`cc.runner.v1.DriveAcpAgent`): the agent's
+//! JSON-RPC is hostile input, read only in the run's own envelope (DESIGN.md §2,
+//! trust rule 8). The supervisor relays the agent's stdio between the two unread,
+//! sends the runner the prompts, records the typed steps it reads, and answers what
+//! the client asks in typed requests: the gate and its approvers, the file tools, and
+//! terminals in the harness_bash envelope.
 //!
 //! The agent is started at the run's first prompt, in the run's overlay envelope with
-//! the sanitized environment, through sandboxd's LaunchInteractive: its stdout comes
-//! back as the launch's output, our messages go in as its stdin. It lives for the
-//! run; a later prompt finds it, and one that finds it dead starts a new one (with a
-//! new session: an agent keeps its conversation in its own memory).
-//!
-//! Whatever the agent asks of us goes through the same layers as the harness's own
-//! calls: `fs/*` through the gate and the runner's confinement, `terminal/*` through
-//! the gate and the harness_bash envelope, `session/request_permission` to the gate
-//! and its approvers. Handlers never wait in the connection's dispatch loop: each is
-//! spawned, and at most [`MAX_IN_FLIGHT`] run at once.
+//! the sanitized environment, through sandboxd's LaunchInteractive. It lives for the
+//! run; a later prompt finds it, and one that finds it dead (or its runner dead)
+//! starts a new one, with a new session: an agent keeps its conversation in its own
+//! memory. The link ending, for whatever reason, drops the launch: sandboxd kills the
+//! agent, and its terminals go with it.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_client_protocol::schema::ProtocolVersion;
-use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest, CreateTerminalResponse,
-    FileSystemCapabilities, InitializeRequest, KillTerminalRequest, KillTerminalResponse, McpServer, McpServerStdio,
-    NewSessionRequest, PromptRequest, ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest,
-    ReleaseTerminalResponse, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
-    SessionNotification, StopReason, TerminalOutputRequest, TerminalOutputResponse, TextContent,
-    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
-};
-use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Agent, Client, Lines};
 use cc_proto::common::v1::EnvelopeKind;
+use cc_proto::runner::v1 as rn;
+use cc_proto::runner::v1::acp_answer::Answer;
+use cc_proto::runner::v1::acp_prompt_failure::Kind as FailureKind;
+use cc_proto::runner::v1::acp_request::Ask;
+use cc_proto::runner::v1::drive_acp_agent_request::Input as ToRunner;
+use cc_proto::runner::v1::drive_acp_agent_response::Output as FromRunner;
 use cc_proto::sandboxd::v1 as sb;
 use cc_proto::sandboxd::v1::launch_interactive_request::Input;
 use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
@@ -36,32 +32,33 @@ use cc_proto::supervisor::v1::call_tool_response::Event as ToolEvent;
 use cc_proto::supervisor::v1::prompt_run_response::Event;
 use cc_proto::tools::v1 as tools;
 use serde_json::json;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::acp;
 use super::acp_terminal::Terminals;
-use super::agent_events::{AgentEvent, AgentEventKind, clipped};
-use super::hook::Hooked;
+use super::agent_events::{AgentEvent, PromptBudget};
+use super::tools::{Described, gate_path};
 use super::{LiveRun, RunError, RunManager};
+use crate::events::PromptScope;
 use crate::ids::RunId;
 
-/// Requests of the agent's served at once; past it, one is refused at once.
-const MAX_IN_FLIGHT: usize = 32;
-/// A line of the agent's longer than this ends the connection: no message of ours
-/// to answer is that long, and the supervisor must not hold more.
-const MAX_LINE_BYTES: usize = 16 << 20;
-/// Our messages to the agent go to sandboxd in pieces of at most this.
-const STDIN_CHUNK: usize = 1 << 20;
+/// The runner's requests answered at once; past it, one is refused at once (the
+/// runner bounds its agent's to 32).
+const MAX_REQUESTS: usize = 64;
+/// The most paths one permission may name (as the runner bounds them).
+const MAX_PERMISSION_PATHS: usize = 64;
+/// The longest terminal command line the gate is asked to judge.
+const MAX_TERMINAL_LINE: usize = 64 * 1024;
 /// The agent's error output passed on per prompt, at most.
 const MAX_STDERR_BYTES: u64 = 1 << 20;
-/// How long a prompt cancelled at its timeout may take to answer before the agent is
-/// killed.
-const CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// The most a `fs/read_text_file` returns.
 const MAX_READ_BYTES: usize = 8 << 20;
+/// How long past a prompt's timeout the runner may take to end it (it cancels, waits
+/// 10 s for the agent, then lets it go) before the link gives up on both.
+const END_GRACE: Duration = Duration::from_secs(20);
 
 /// The run's live agent: where its prompts go.
 pub struct AcpLink {
@@ -84,8 +81,8 @@ struct PromptJob {
     /// The place of the caller's last word, reserved as the prompt was sent: it
     /// reaches the caller however far behind the steps left it.
     last: Option<LastWord>,
-    /// How the agent ended, once the connection took the prompt: what a prompt the
-    /// connection dropped tells its caller.
+    /// How the agent ended, once the link took the prompt: what a prompt the link
+    /// dropped tells its caller.
     agent_end: Option<Arc<Mutex<Option<String>>>>,
 }
 
@@ -101,8 +98,8 @@ impl PromptJob {
 }
 
 impl Drop for PromptJob {
-    /// A prompt the connection dropped, queued or in flight, as it ended: its caller
-    /// hears so rather than seeing its stream end without a word.
+    /// A prompt the link dropped, queued or in flight, as it ended: its caller hears
+    /// so rather than seeing its stream end without a word.
     fn drop(&mut self) {
         let ended = self.agent_end.as_ref().and_then(|e| e.lock().unwrap_or_else(|p| p.into_inner()).clone());
         let why = match ended {
@@ -113,164 +110,143 @@ impl Drop for PromptJob {
     }
 }
 
-/// What the handlers and the prompt loop share.
+/// Why a link ends when its run does: nothing to record then.
+const RUN_ENDED: &str = "the run ended";
+
+/// The prompt in flight, as the link holds it.
+struct Current {
+    id: u64,
+    job: PromptJob,
+    budget: PromptBudget,
+    stderr_sent: u64,
+    caller_gone_told: bool,
+    deadline: tokio::time::Instant,
+    _records: PromptScope,
+}
+
+/// What the link's tasks share.
 struct Shared {
     manager: Arc<RunManager>,
     run_id: RunId,
     subject: String,
-    current: Mutex<Current>,
+    current: Mutex<Option<Current>>,
     terminals: Terminals,
-    in_flight: Arc<Semaphore>,
     /// How the agent's process ended, once it has.
     ended: Arc<Mutex<Option<String>>>,
-    /// Whether its launch's stream has ended: an idle agent's end is noticed here, so
-    /// that the next prompt starts a new one rather than writing to the dead one.
+    /// Set once the link is over or its agent has ended: the next prompt starts anew.
     gone: watch::Sender<bool>,
-    /// Set from the `session/cancel` we send until the cancelled prompt is over:
-    /// permission requests waiting on the gate then, or arriving meanwhile, are
-    /// answered "cancelled".
-    cancelling: watch::Sender<bool>,
 }
 
-/// The prompt in flight.
-#[derive(Default)]
-struct Current {
-    out: Option<Out>,
-    text: String,
-    recorded: super::agent_events::PromptBudget,
-    stderr_sent: u64,
-}
-
-pub(super) fn refused(message: impl Into<String>) -> agent_client_protocol::Error {
-    // A server-defined JSON-RPC code: the request was understood and refused.
-    agent_client_protocol::Error::new(-32001, message.into())
-}
-
-pub(super) fn run_error(e: RunError) -> agent_client_protocol::Error {
+/// A refusal of the gate's or the supervisor's, as the agent hears it.
+pub(super) fn run_error(e: RunError) -> String {
     match e {
         RunError::GateDenied { reason, .. } | RunError::NoApprover(reason) => {
-            refused(format!("Control Center policy: {reason}"))
+            format!("Control Center policy: {reason}")
         }
-        other => refused(format!("Control Center: {}", Status::from(other).message())),
+        other => format!("Control Center: {}", Status::from(other).message()),
     }
 }
 
 impl Shared {
-    fn lock_current(&self) -> std::sync::MutexGuard<'_, Current> {
+    fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
         self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records `event` for the run (up to the prompt's cap) and streams it to the
+    fn set_ended(&self, how: String) {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(how);
+    }
+
+    /// Records one of the agent's steps (up to the prompt's cap) and streams it to the
     /// prompt's caller, who may have stopped reading: then it is dropped for them.
     fn emit(&self, event: AgentEvent) {
         let mut current = self.lock_current();
-        current.recorded.record(self.manager.events(), &self.subject, &event);
-        if let Some(out) = &current.out {
-            let event = event.to_wire();
-            let _ = out.try_send(Ok(pb::PromptRunResponse { event: Some(Event::AgentEvent(event)) }));
-        }
-    }
-
-    fn update(&self, notification: SessionNotification) {
-        let events = {
-            let mut current = self.lock_current();
-            acp::update_events(&notification.update, &mut current.text)
-        };
-        for event in events {
-            self.emit(event);
-        }
-    }
-
-    fn flush_text(&self) {
-        let text = acp::flush_text(&mut self.lock_current().text);
-        if let Some(event) = text {
-            self.emit(event);
+        match current.as_mut() {
+            Some(current) => {
+                current.budget.record(self.manager.events(), &self.subject, &event);
+                let step = Some(Event::AgentEvent(event.to_wire()));
+                let _ = current.job.out.try_send(Ok(pb::PromptRunResponse { event: step }));
+            }
+            // Between prompts (an idle agent's words): the run's budget still counts.
+            None => self.manager.events().record(event.kind.name(), &self.subject, event.payload),
         }
     }
 
     fn stderr(&self, chunk: &[u8]) {
         let mut current = self.lock_current();
+        let Some(current) = current.as_mut() else { return };
         if current.stderr_sent >= MAX_STDERR_BYTES {
             return;
         }
         let keep = chunk.len().min((MAX_STDERR_BYTES - current.stderr_sent) as usize);
         current.stderr_sent += keep as u64;
-        if let Some(out) = &current.out {
-            let _ = out.try_send(Ok(pb::PromptRunResponse { event: Some(Event::Stderr(chunk[..keep].to_vec())) }));
+        let _ =
+            current.job.out.try_send(Ok(pb::PromptRunResponse { event: Some(Event::Stderr(chunk[..keep].to_vec())) }));
+    }
+
+    /// Ends the prompt in flight with `last`.
+    fn end_prompt(&self, id: u64, last: Result<pb::PromptRunResponse, Status>) {
+        let ended = {
+            let mut current = self.lock_current();
+            if current.as_ref().is_some_and(|c| c.id == id) { current.take() } else { None }
+        };
+        if let Some(mut ended) = ended {
+            ended.job.answer(last);
         }
     }
 
-    /// Whether the agent's process is known to have ended (or to have been stopped).
-    fn agent_ended(&self) -> bool {
-        self.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some()
-    }
-
-    fn agent_gone(&self) -> String {
-        let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        format!(
-            "the ACP agent {}; the next prompt starts it again, in a new session",
-            ended.unwrap_or_else(|| "stopped answering".into())
-        )
-    }
-
-    /// Runs `work` off the dispatch loop and answers with what it returns; past
-    /// [`MAX_IN_FLIGHT`] the request is refused at once.
-    fn serve<T, F>(
-        self: &Arc<Self>,
-        cx: &ConnectionTo<Agent>,
-        responder: Responder<T>,
-        work: F,
-    ) -> Result<(), agent_client_protocol::Error>
-    where
-        T: agent_client_protocol::JsonRpcResponse + Send + 'static,
-        F: Future<Output = Result<T, agent_client_protocol::Error>> + Send + 'static,
-    {
-        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-            return responder.respond_with_error(refused(format!(
-                "Control Center serves at most {MAX_IN_FLIGHT} requests of an agent at once"
-            )));
-        };
-        cx.spawn(async move {
-            let answer = work.await;
-            drop(permit);
-            // The agent may have gone meanwhile: nothing to answer then.
-            let _ = responder.respond_with_result(answer);
-            Ok(())
-        })
-    }
-
-    fn live(&self) -> Result<Arc<LiveRun>, agent_client_protocol::Error> {
+    fn live(&self) -> Result<Arc<LiveRun>, String> {
         self.manager.require_live(&self.run_id).map_err(run_error)
     }
 
-    async fn call(&self, tool: pb::call_tool_request::Tool) -> Result<tools::ToolResult, agent_client_protocol::Error> {
+    async fn call(&self, tool: pb::call_tool_request::Tool) -> Result<tools::ToolResult, String> {
         let mut events = self.manager.call_tool(&self.run_id, Some(tool)).await.map_err(run_error)?;
         match events.next().await {
             Some(Ok(pb::CallToolResponse { event: Some(ToolEvent::Result(result)) })) => Ok(result),
-            Some(Err(status)) => Err(refused(format!("Control Center: {}", status.message()))),
-            _ => Err(refused("Control Center: the runner gave no result")),
+            Some(Err(status)) => Err(format!("Control Center: {}", status.message())),
+            _ => Err("Control Center: the runner gave no result".into()),
         }
     }
 
-    async fn read(
-        self: Arc<Self>,
-        request: ReadTextFileRequest,
-    ) -> Result<ReadTextFileResponse, agent_client_protocol::Error> {
-        let path = request.path.as_os_str().as_encoded_bytes().to_vec();
-        // ACP counts lines from 1; the runner from 0. Without a limit the whole file,
-        // window by window.
+    /// One request of the runner's, answered.
+    async fn answer(self: Arc<Self>, ask: Ask) -> Answer {
+        let answered = match ask {
+            Ask::Read(read) => self.read(read).await.map(Answer::Text),
+            Ask::Write(write) => {
+                let write = tools::WriteArgs { path: write.path, content: write.content.into_bytes() };
+                self.call(pb::call_tool_request::Tool::Write(write)).await.map(|_| Answer::Done(true))
+            }
+            Ask::Gate(asked) => self.permission(asked).await.map(Answer::Gate),
+            Ask::TerminalCreate(create) if create.command_line.len() > MAX_TERMINAL_LINE => {
+                Err(format!("Control Center: a terminal's command line is over {MAX_TERMINAL_LINE} bytes"))
+            }
+            Ask::TerminalCreate(create) => self
+                .terminals
+                .create(&self.manager, &self.run_id, create.command_line, create.output_byte_limit)
+                .await
+                .map(Answer::TerminalId),
+            Ask::TerminalOutput(id) => self.terminals.output(&id).map(Answer::TerminalOutput),
+            Ask::TerminalWait(id) => self.terminals.wait_for_exit(&id).await.map(Answer::TerminalExit),
+            Ask::TerminalKill(id) => self.terminals.kill(&id).map(|()| Answer::Done(true)),
+            Ask::TerminalRelease(id) => self.terminals.release(&id).map(|()| Answer::Done(true)),
+        };
+        answered.unwrap_or_else(Answer::Refused)
+    }
+
+    /// A file read whole, window by window, or from `line` for `limit` lines.
+    async fn read(&self, request: rn::ReadTextFile) -> Result<String, String> {
+        let shown = String::from_utf8_lossy(&request.path).into_owned();
+        // ACP counts lines from 1; the runner from 0.
         let mut offset = u64::from(request.line.unwrap_or(1).max(1) - 1);
         let mut left = request.limit.map(u64::from);
         let mut text = String::new();
         loop {
-            let limit = left.unwrap_or(0);
-            let read = tools::ReadArgs { path: path.clone(), offset, limit };
+            let read = tools::ReadArgs { path: request.path.clone(), offset, limit: left.unwrap_or(0) };
             let result = self.call(pb::call_tool_request::Tool::Read(read)).await?;
             let Some(tools::tool_result::Result::Read(window)) = result.result else {
-                return Err(refused("Control Center: the runner's answer was not a read"));
+                return Err("Control Center: the runner's answer was not a read".into());
             };
             if window.binary {
-                return Err(refused(format!("{} is a binary file", request.path.display())));
+                return Err(format!("{shown} is a binary file"));
             }
             text.push_str(&window.text);
             offset += window.lines;
@@ -278,333 +254,47 @@ impl Shared {
                 *l = l.saturating_sub(window.lines);
             }
             if !window.more || window.lines == 0 || left == Some(0) {
-                return Ok(ReadTextFileResponse::new(text));
+                return Ok(text);
             }
             if text.len() > MAX_READ_BYTES {
-                return Err(refused(format!(
-                    "{} is over {MAX_READ_BYTES} bytes: read it with line and limit",
-                    request.path.display()
-                )));
+                return Err(format!("{shown} is over {MAX_READ_BYTES} bytes: read it with line and limit"));
             }
         }
     }
 
-    async fn write(
-        self: Arc<Self>,
-        request: WriteTextFileRequest,
-    ) -> Result<WriteTextFileResponse, agent_client_protocol::Error> {
-        let write = tools::WriteArgs {
-            path: request.path.as_os_str().as_encoded_bytes().to_vec(),
-            content: request.content.into_bytes(),
-        };
-        self.call(pb::call_tool_request::Tool::Write(write)).await?;
-        Ok(WriteTextFileResponse::new())
-    }
-
-    /// The gate's answer, through its approvers when a rule asks (see
-    /// [`acp::permission_outcome`]). A prompt cancelled meanwhile has its pending
-    /// requests answered "cancelled", as ACP asks of a client, and their asks withdrawn.
-    async fn permission(
-        self: Arc<Self>,
-        request: RequestPermissionRequest,
-    ) -> Result<RequestPermissionResponse, agent_client_protocol::Error> {
-        let mut cancelling = self.cancelling.subscribe();
-        let mut cancelled_first = false;
+    /// The gate's answer to a permission the runner described, through its approvers
+    /// when a rule asks. The description is the runner's: its tool must be one of the
+    /// harness's, and its paths are spelled again as the rules see them.
+    async fn permission(&self, asked: rn::GateAsk) -> Result<rn::GateAnswer, String> {
         let run = self.live()?;
-        let described = acp::describe_permission(&request.tool_call.fields, &run.record.work_dir);
-        let (allowed, reason) = match described {
-            Hooked::Gate(described) => tokio::select! {
-                decided = self.manager.ask_gate(&run, &described, true) => match decided {
-                    Ok(()) => (true, "allowed by Control Center".to_owned()),
-                    Err(e) => (false, run_error(e).message),
-                },
-                _ = cancelling.wait_for(|c| *c) => {
-                    cancelled_first = true;
-                    (false, "the prompt was cancelled before the gate answered".to_owned())
-                }
-            },
-            Hooked::OwnTool => (false, "not a tool call Control Center judges".into()),
-            Hooked::Refused(why) => (false, format!("Control Center: {why}")),
+        let Some(tool) = cc_policy::tools::TOOLS.iter().find(|t| t.name == asked.tool).map(|t| t.name) else {
+            return Err(format!(
+                "Control Center: {:?} is not a tool the gate judges",
+                asked.tool.chars().take(40).collect::<String>()
+            ));
         };
-        // Cancelled before the gate answered, or as it answered.
-        let cancelled = cancelled_first || *self.cancelling.borrow();
-        let outcome = if cancelled {
-            RequestPermissionOutcome::Cancelled
-        } else {
-            acp::permission_outcome(&request.options, allowed)
-        };
-        let title = request.tool_call.fields.title.as_deref().map(clipped);
-        self.emit(AgentEvent {
-            kind: AgentEventKind::Permission,
-            payload: json!({
-                "tool_call": clipped(&request.tool_call.tool_call_id.to_string()),
-                "title": title,
-                "allowed": allowed && !cancelled,
-                "reason": reason,
-            }),
-        });
-        Ok(RequestPermissionResponse::new(outcome))
-    }
-}
-
-/// The client side of the connection, every request of the agent's served by `shared`.
-async fn serve_agent(
-    shared: Arc<Shared>,
-    transport: impl agent_client_protocol::ConnectTo<Client> + 'static,
-    jobs: mpsc::Receiver<PromptJob>,
-    cwd: PathBuf,
-    mcp: McpServerStdio,
-) -> Result<(), agent_client_protocol::Error> {
-    let (s1, s2, s3, s4, s5, s6, s7, s8, s9) = (
-        shared.clone(),
-        shared.clone(),
-        shared.clone(),
-        shared.clone(),
-        shared.clone(),
-        shared.clone(),
-        shared.clone(),
-        shared.clone(),
-        shared.clone(),
-    );
-    Client
-        .v1()
-        .name("control-center")
-        .on_receive_notification(
-            async move |n: SessionNotification, _cx| {
-                s1.update(n);
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .on_receive_request(
-            async move |r: ReadTextFileRequest, responder: Responder<ReadTextFileResponse>, cx: ConnectionTo<Agent>| {
-                s2.serve(&cx, responder, s2.clone().read(r))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |r: WriteTextFileRequest,
-                        responder: Responder<WriteTextFileResponse>,
-                        cx: ConnectionTo<Agent>| { s3.serve(&cx, responder, s3.clone().write(r)) },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |r: RequestPermissionRequest,
-                        responder: Responder<RequestPermissionResponse>,
-                        cx: ConnectionTo<Agent>| { s4.serve(&cx, responder, s4.clone().permission(r)) },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |r: CreateTerminalRequest,
-                        responder: Responder<CreateTerminalResponse>,
-                        cx: ConnectionTo<Agent>| {
-                let s = s5.clone();
-                s5.serve(&cx, responder, async move { s.terminals.create(&s.manager, &s.run_id, r).await })
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |r: TerminalOutputRequest, responder: Responder<TerminalOutputResponse>, _cx| {
-                responder.respond_with_result(s6.terminals.output(&r.terminal_id.to_string()))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |r: WaitForTerminalExitRequest,
-                        responder: Responder<WaitForTerminalExitResponse>,
-                        cx: ConnectionTo<Agent>| {
-                let s = s7.clone();
-                let waited = async move {
-                    s.terminals.wait_for_exit(&r.terminal_id.to_string()).await.map(WaitForTerminalExitResponse::new)
-                };
-                s7.serve(&cx, responder, waited)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |r: KillTerminalRequest, responder: Responder<KillTerminalResponse>, _cx| {
-                responder.respond_with_result(
-                    s8.terminals.kill(&r.terminal_id.to_string()).map(|()| KillTerminalResponse::new()),
-                )
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |r: ReleaseTerminalRequest, responder: Responder<ReleaseTerminalResponse>, _cx| {
-                responder.respond_with_result(
-                    s9.terminals.release(&r.terminal_id.to_string()).map(|()| ReleaseTerminalResponse::new()),
-                )
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_with(transport, async move |cx: ConnectionTo<Agent>| prompts(cx, shared, jobs, cwd, mcp).await)
-        .await
-}
-
-/// The prompts, one at a time, each answered on its own stream. An error returned
-/// ends the connection, and the agent with it.
-async fn prompts(
-    cx: ConnectionTo<Agent>,
-    shared: Arc<Shared>,
-    mut jobs: mpsc::Receiver<PromptJob>,
-    cwd: PathBuf,
-    mcp: McpServerStdio,
-) -> Result<(), agent_client_protocol::Error> {
-    let mut session: Option<SessionId> = None;
-    let mut gone = shared.gone.subscribe();
-    loop {
-        let job = tokio::select! {
-            biased;
-            _ = gone.wait_for(|gone| *gone) => None,
-            job = jobs.recv() => job,
-        };
-        let Some(mut job) = job else { break };
-        job.agent_end = Some(shared.ended.clone());
-        // What an idle agent said before is not this prompt's.
-        *shared.lock_current() = Current { out: Some(job.out.clone()), ..Default::default() };
-        let _records = shared.manager.events().prompt_scope(shared.run_id.as_str());
-        let deadline = tokio::time::Instant::now() + job.timeout;
-        let timeout = job.timeout;
-        let late = move || cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", timeout);
-        let started = tokio::time::timeout_at(deadline, async {
-            if session.is_none() {
-                session = Some(start_session(&cx, &shared, &cwd, &mcp).await?);
-            }
-            Ok::<_, agent_client_protocol::Error>(session.clone().unwrap_or_else(|| SessionId::new("")))
-        })
-        .await;
-        let sid = match started {
-            Ok(Ok(sid)) => sid,
-            Ok(Err(e)) => {
-                let why = if shared.agent_ended() {
-                    shared.agent_gone()
-                } else {
-                    format!("the ACP agent did not start a session: {}", e.message)
-                };
-                // Closed first: a prompt sent as this one is answered starts a new agent.
-                jobs.close();
-                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why))));
-                return Err(e);
-            }
-            Err(_) => {
-                jobs.close();
-                end_prompt(&shared, &mut job, Err(late()));
-                return Err(refused("the agent did not start its session in time"));
-            }
-        };
-        let text = std::mem::take(&mut job.text);
-        let prompt = PromptRequest::new(sid.clone(), vec![ContentBlock::Text(TextContent::new(text))]);
-        let asked = cx.send_request(prompt).block_task();
-        tokio::pin!(asked);
-        let answered = tokio::select! {
-            answer = &mut asked => Some(answer),
-            _ = tokio::time::sleep_until(deadline) => None,
-            // Its caller went away (ccctl was interrupted): no one wants the answer.
-            _ = job.out.closed() => None,
-        };
-        let Some(answer) = answered else {
-            // The prompt is cancelled, as ACP has a client do, and its permission
-            // requests still waiting on the gate are answered "cancelled". What the
-            // agent says until it answers still reaches the caller, who then hears of
-            // the timeout; an agent that does not answer soon is killed (the
-            // connection ends with this loop). The run's next prompt waits for this.
-            let _ = cx.send_notification(CancelNotification::new(sid));
-            shared.cancelling.send_replace(true);
-            let stopped = tokio::time::timeout(CANCEL_GRACE, &mut asked).await.is_ok();
-            shared.cancelling.send_replace(false);
-            if !stopped {
-                jobs.close();
-                end_prompt(&shared, &mut job, Err(late()));
-                return Err(refused("the agent did not answer its cancelled prompt"));
-            }
-            end_prompt(&shared, &mut job, Err(late()));
-            continue;
-        };
-        match answer {
-            Ok(response) => {
-                let stop = response.stop_reason;
-                shared.flush_text();
-                let reason = serde_json::to_value(stop).ok().and_then(|v| v.as_str().map(str::to_owned));
-                let reason = reason.unwrap_or_else(|| "unknown".into());
-                shared.emit(AgentEvent {
-                    kind: AgentEventKind::Result,
-                    payload: json!({ "subtype": reason, "result": "" }),
-                });
-                let code = if stop == StopReason::EndTurn { 0 } else { 1 };
-                let exit = pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false };
-                end_prompt(&shared, &mut job, Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) }));
-            }
-            // The agent answered the prompt with an error and lives on: the prompt
-            // failed, the agent and its session did not. The connection's own end is
-            // told apart by a marker the library sets and a peer cannot send, and the
-            // agent's by the end of its output, noted before the connection sees it.
-            Err(e) if !connection_lost(&e) && !shared.agent_ended() => {
-                let why = format!("the ACP agent answered the prompt with an error: {} ({})", e.message, e.code);
-                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why))));
-            }
-            Err(e) => {
-                let why = if shared.agent_ended() {
-                    shared.agent_gone()
-                } else {
-                    format!("{} ({})", shared.agent_gone(), e.message)
-                };
-                jobs.close();
-                end_prompt(&shared, &mut job, Err(Status::from(RunError::AgentFailed(why))));
-                return Err(e);
-            }
+        let mut paths: Vec<String> = asked.paths.iter().map(|p| gate_path(p, &run.record.work_dir)).collect();
+        paths.sort();
+        paths.dedup();
+        if paths.len() > MAX_PERMISSION_PATHS || asked.domains.len() > MAX_PERMISSION_PATHS {
+            return Err(format!("Control Center: the {tool} request names over {MAX_PERMISSION_PATHS} paths"));
         }
+        let described = Described { tool, paths, command_line: asked.command_line, domains: asked.domains };
+        Ok(match self.manager.ask_gate(&run, &described, true).await {
+            Ok(()) => rn::GateAnswer { allowed: true, reason: "allowed by Control Center".into() },
+            Err(e) => rn::GateAnswer { allowed: false, reason: run_error(e) },
+        })
     }
-    Ok(())
 }
 
-fn connection_lost(e: &agent_client_protocol::Error) -> bool {
-    agent_client_protocol::is_incoming_transport_closed(e) || agent_client_protocol::is_connection_terminated(e)
-}
-
-/// Answers the prompt in flight with `last`, its gathered text first; nothing of the
-/// agent's reaches the caller after it.
-fn end_prompt(shared: &Shared, job: &mut PromptJob, last: Result<pb::PromptRunResponse, Status>) {
-    shared.flush_text();
-    *shared.lock_current() = Current::default();
-    job.answer(last);
-}
-
-async fn start_session(
-    cx: &ConnectionTo<Agent>,
-    shared: &Shared,
-    cwd: &std::path::Path,
-    mcp: &McpServerStdio,
-) -> Result<SessionId, agent_client_protocol::Error> {
-    let capabilities = ClientCapabilities::new()
-        .fs(FileSystemCapabilities::new().read_text_file(true).write_text_file(true))
-        .terminal(true);
-    let init = InitializeRequest::new(ProtocolVersion::V1).client_capabilities(capabilities);
-    let agent = cx.send_request(init).block_task().await?;
-    let new = NewSessionRequest::new(cwd.to_owned()).mcp_servers(vec![McpServer::Stdio(mcp.clone())]);
-    let session = cx.send_request(new).block_task().await?;
-    let info = agent.agent_info.map(|i| i.name).unwrap_or_default();
-    shared.emit(AgentEvent {
-        kind: AgentEventKind::Init,
-        payload: json!({
-            "session_id": session.session_id.to_string(),
-            "model": info,
-            "cwd": cwd.to_string_lossy(),
-            "tools": [],
-            "permission_mode": "asked through session/request_permission",
-        }),
-    });
-    Ok(session.session_id)
-}
-
-/// The agent's output as lines, each at most [`MAX_LINE_BYTES`]; everything else of
-/// its launch (stderr, violations, its end) goes to `shared`.
+/// The agent's launch: its stdout to the runner, unread; its stderr to the prompt's
+/// caller; its violations recorded; its end told to the runner.
 async fn pump(
     mut launched: tonic::Streaming<sb::LaunchInteractiveResponse>,
-    lines: mpsc::Sender<std::io::Result<String>>,
+    to_runner: mpsc::Sender<rn::DriveAcpAgentRequest>,
     shared: Arc<Shared>,
     enveloped: bool,
 ) {
-    let mut split = acp::LineSplitter::new(MAX_LINE_BYTES);
     let ended = loop {
         let event = match launched.next().await {
             Some(Ok(sb::LaunchInteractiveResponse { event: Some(sb::LaunchResponse { event }) })) => event,
@@ -613,21 +303,11 @@ async fn pump(
             None => break "was lost: sandboxd's stream ended".to_owned(),
         };
         match event {
-            Some(LaunchEvent::Stdout(chunk)) => match split.push(&chunk) {
-                Ok(complete) => {
-                    for line in complete {
-                        if lines.send(Ok(line)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(too_long) => {
-                    *shared.ended.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(format!("wrote a line over {MAX_LINE_BYTES} bytes and was stopped"));
-                    let _ = lines.send(Err(std::io::Error::other(too_long))).await;
+            Some(LaunchEvent::Stdout(chunk)) => {
+                if to_runner.send(rn::DriveAcpAgentRequest { input: Some(ToRunner::Stdout(chunk)) }).await.is_err() {
                     return;
                 }
-            },
+            }
             Some(LaunchEvent::Stderr(chunk)) => shared.stderr(&chunk),
             Some(LaunchEvent::Violation(v)) => {
                 let payload =
@@ -640,21 +320,163 @@ async fn pump(
                     (Some(code), None) => format!("code {code}"),
                     (None, None) => "status unknown".into(),
                 };
-                shared.manager.events().record(
-                    "agent_exited",
-                    &shared.subject,
-                    json!({ "code": e.code, "signal": e.signal }),
-                );
+                let payload = json!({ "code": e.code, "signal": e.signal });
+                shared.manager.events().record("agent_exited", &shared.subject, payload);
                 break format!("exited ({how})");
             }
             Some(LaunchEvent::Envelope(_)) | None => {}
         }
     };
-    *shared.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(ended);
-    // A last message the agent wrote without its newline before it ended.
-    if let Some(last) = split.finish() {
-        let _ = lines.send(Ok(last)).await;
+    shared.set_ended(ended.clone());
+    shared.gone.send_replace(true);
+    let _ = to_runner.send(rn::DriveAcpAgentRequest { input: Some(ToRunner::AgentEnded(ended)) }).await;
+}
+
+/// The link: the runner's messages acted on, prompts sent one at a time. Returns why
+/// it ended, as what the agent did ("lost its client: …").
+async fn link(
+    shared: Arc<Shared>,
+    mut from_runner: tonic::Streaming<rn::DriveAcpAgentResponse>,
+    to_runner: mpsc::Sender<rn::DriveAcpAgentRequest>,
+    agent_stdin: mpsc::Sender<sb::LaunchInteractiveRequest>,
+    mut jobs: mpsc::Receiver<PromptJob>,
+) -> String {
+    let requests: Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>> = Arc::default();
+    let mut next_prompt = 0u64;
+    let far = || tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    loop {
+        let (busy, deadline, caller_gone) = match shared.lock_current().as_ref() {
+            Some(c) => (true, c.deadline, (!c.caller_gone_told).then(|| c.job.out.clone())),
+            None => (false, far(), None),
+        };
+        let caller_left = async {
+            match caller_gone {
+                Some(out) => out.closed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            message = from_runner.message() => match message {
+                Ok(Some(message)) => {
+                    if let Some(why) = on_runner(&shared, &requests, &to_runner, &agent_stdin, message.output).await {
+                        return why;
+                    }
+                }
+                Ok(None) => return "lost its client: the run's runner ended the connection".into(),
+                Err(status) => return format!("lost its client: the run's runner ended ({})", status.message()),
+            },
+            job = jobs.recv(), if !busy => {
+                let Some(mut job) = job else { return RUN_ENDED.into() };
+                next_prompt += 1;
+                job.agent_end = Some(shared.ended.clone());
+                let prompt = rn::AcpPrompt {
+                    id: next_prompt,
+                    text: std::mem::take(&mut job.text),
+                    timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
+                };
+                let deadline = tokio::time::Instant::now() + job.timeout + END_GRACE;
+                let records = shared.manager.events().prompt_scope(shared.run_id.as_str());
+                *shared.lock_current() = Some(Current {
+                    id: next_prompt, job, budget: PromptBudget::default(), stderr_sent: 0,
+                    caller_gone_told: false, deadline, _records: records,
+                });
+                if to_runner.send(rn::DriveAcpAgentRequest { input: Some(ToRunner::Prompt(prompt)) }).await.is_err() {
+                    return "lost its client: the run's runner is gone".into();
+                }
+            }
+            () = caller_left => {
+                let id = {
+                    let mut current = shared.lock_current();
+                    current.as_mut().map(|c| { c.caller_gone_told = true; c.id })
+                };
+                if let Some(id) = id {
+                    let _ = to_runner.send(rn::DriveAcpAgentRequest { input: Some(ToRunner::CallerGone(id)) }).await;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline), if busy => {
+                return "was not stopped by its client in time after the prompt's timeout".into();
+            }
+        }
     }
+}
+
+/// One message of the runner's, acted on; `Some(why)` ends the link.
+async fn on_runner(
+    shared: &Arc<Shared>,
+    requests: &Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>>,
+    to_runner: &mpsc::Sender<rn::DriveAcpAgentRequest>,
+    agent_stdin: &mpsc::Sender<sb::LaunchInteractiveRequest>,
+    output: Option<FromRunner>,
+) -> Option<String> {
+    match output? {
+        FromRunner::Stdin(bytes) => {
+            let input = sb::LaunchInteractiveRequest { input: Some(Input::Stdin(bytes)) };
+            if agent_stdin.send(input).await.is_err() {
+                return Some("had its input closed".into());
+            }
+        }
+        FromRunner::Event(event) => {
+            if let Some(event) = AgentEvent::from_step(event) {
+                shared.emit(event);
+            }
+        }
+        FromRunner::Request(request) => serve(shared, requests, to_runner, request),
+        FromRunner::Withdraw(id) => {
+            if let Some(request) = requests.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
+                request.abort();
+            }
+        }
+        FromRunner::PromptEnd(end) => prompt_ended(shared, end),
+    }
+    None
+}
+
+/// Starts answering one request of the runner's; past [`MAX_REQUESTS`] in flight it
+/// is refused at once.
+fn serve(
+    shared: &Arc<Shared>,
+    requests: &Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>>,
+    to_runner: &mpsc::Sender<rn::DriveAcpAgentRequest>,
+    request: rn::AcpRequest,
+) {
+    let id = request.id;
+    let reply = move |answer: Answer| rn::DriveAcpAgentRequest {
+        input: Some(ToRunner::Answer(rn::AcpAnswer { request: id, answer: Some(answer) })),
+    };
+    let Some(ask) = request.ask else { return };
+    let mut in_flight = requests.lock().unwrap_or_else(|p| p.into_inner());
+    in_flight.retain(|_, task| !task.is_finished());
+    if in_flight.len() >= MAX_REQUESTS {
+        let refusal = reply(Answer::Refused(format!("Control Center: at most {MAX_REQUESTS} requests at once")));
+        let to_runner = to_runner.clone();
+        tokio::spawn(async move { to_runner.send(refusal).await });
+        return;
+    }
+    let (shared, to_runner) = (shared.clone(), to_runner.clone());
+    let task = tokio::spawn(async move {
+        let answer = shared.answer(ask).await;
+        let _ = to_runner.send(reply(answer)).await;
+    });
+    in_flight.insert(id, task.abort_handle());
+}
+
+/// The runner's end of a prompt, as its caller hears it.
+fn prompt_ended(shared: &Shared, end: rn::AcpPromptEnd) {
+    use rn::acp_prompt_end::End;
+    let timeout = shared.lock_current().as_ref().filter(|c| c.id == end.id).map(|c| c.job.timeout);
+    let last = match end.end {
+        Some(End::StopReason(reason)) => {
+            let code = if reason == "end_turn" { 0 } else { 1 };
+            let exit = pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false };
+            Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) })
+        }
+        Some(End::Failed(failed)) if failed.kind == FailureKind::TimedOut as i32 => {
+            Err(cc_proto::reasons::helper_timeout("the ACP agent", "the prompt's answer", timeout.unwrap_or_default()))
+        }
+        Some(End::Failed(failed)) => Err(Status::from(RunError::AgentFailed(failed.message))),
+        None => Err(Status::from(RunError::AgentFailed("the run's runner ended the prompt without a word".into()))),
+    };
+    shared.end_prompt(end.id, last);
 }
 
 type Events = ReceiverStream<Result<pb::PromptRunResponse, Status>>;
@@ -692,8 +514,25 @@ impl RunManager {
         Ok(ReceiverStream::new(rx))
     }
 
+    /// Opens the runner's client first (a runner that cannot serve fails the prompt
+    /// with no agent started), then launches the agent.
     async fn start_acp(self: &Arc<Self>, run: &LiveRun) -> Result<AcpLink, RunError> {
         let argv = acp::agent_argv(&run.agent_command).map_err(RunError::Precondition)?;
+        let mut runner = run.ready_runner(self.deadlines().runner_call()).await?;
+        let helpers = self.agent_helpers(&run.record.id, false);
+        let start = rn::AcpStart {
+            cwd: run.record.work_dir.to_string_lossy().into_owned(),
+            mcp_name: super::hook::MCP_SERVER_NAME.into(),
+            mcp_command: helpers.mcp,
+            mcp_args: helpers.agent.map(|a| vec!["--agent".to_owned(), a]).unwrap_or_default(),
+        };
+        let (to_runner, to_runner_rx) = mpsc::channel(16);
+        let _ = to_runner.send(rn::DriveAcpAgentRequest { input: Some(ToRunner::Start(start)) }).await;
+        let opened = runner.drive_acp_agent(ReceiverStream::new(to_runner_rx));
+        let from_runner = crate::channels::within("runner", "DriveAcpAgent", self.deadlines().runner_call(), opened)
+            .await
+            .map_err(RunError::Helper)?
+            .into_inner();
         let launch = sb::LaunchRequest {
             run_id: run.record.id.clone(),
             kind: EnvelopeKind::Overlay as i32,
@@ -703,69 +542,39 @@ impl RunManager {
             host: None,
             ..Default::default()
         };
-        let (launched, inputs) = self.launch_interactive(run, launch, "acp").await?;
-
+        let (launched, agent_stdin) = self.launch_interactive(run, launch, "acp").await?;
         let shared = Arc::new(Shared {
             manager: self.clone(),
             run_id: run.run_id.clone(),
             subject: format!("run:{}", run.record.id),
             current: Mutex::default(),
             terminals: Terminals::default(),
-            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             ended: Arc::default(),
             gone: watch::channel(false).0,
-            cancelling: watch::channel(false).0,
         });
-        let (line_tx, line_rx) = mpsc::channel(64);
         let gone = shared.gone.subscribe();
         let pumped = shared.clone();
-        let enveloped = self.env.enveloped;
-        let pump = tokio::spawn(async move {
-            pump(launched, line_tx, pumped.clone(), enveloped).await;
-            pumped.gone.send_replace(true);
-        });
-        // Our messages, each a line, to the agent's stdin.
-        let stdin =
-            futures::sink::unfold(inputs, async |inputs: mpsc::Sender<sb::LaunchInteractiveRequest>, line: String| {
-                let mut bytes = line.into_bytes();
-                bytes.push(b'\n');
-                for piece in bytes.chunks(STDIN_CHUNK) {
-                    let input = Some(Input::Stdin(piece.to_vec()));
-                    inputs.send(sb::LaunchInteractiveRequest { input }).await.map_err(|_| {
-                        std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the agent's input is closed")
-                    })?;
-                }
-                Ok::<_, std::io::Error>(inputs)
-            });
-        let transport = Lines::new(Box::pin(stdin), ReceiverStream::new(line_rx));
+        let pump = tokio::spawn(pump(launched, to_runner.clone(), pumped, self.env.enveloped));
         let (jobs, jobs_rx) = mpsc::channel(1);
-        let cwd = run.record.work_dir.clone();
-        let mcp = self.acp_mcp_server(run);
-        let subject = shared.subject.clone();
-        let events = self.events().clone();
         tokio::spawn(async move {
-            let ended = serve_agent(shared.clone(), transport, jobs_rx, cwd, mcp).await;
-            // Whatever ended the connection, the agent goes with it: dropping its
-            // launch's stream makes sandboxd kill it.
+            let why = link(shared.clone(), from_runner, to_runner, agent_stdin, jobs_rx).await;
+            // Whatever ended the link, the agent goes with it: dropping its launch's
+            // stream makes sandboxd kill it; its terminals go with it too.
             pump.abort();
-            // Its terminals go with it: dropping their readers kills their commands.
+            shared.gone.send_replace(true);
             shared.terminals.release_all();
-            if let Err(e) = ended {
-                events.record(
-                    "agent_disconnected",
-                    &subject,
-                    json!({ "reason": shared.agent_gone(), "error": e.message }),
-                );
+            let reason = {
+                let ended = shared.ended.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                ended.map_or_else(|| why.clone(), |how| format!("the ACP agent {how}"))
+            };
+            shared.set_ended(why.clone());
+            // The prompt in flight, if any, hears how: its job's drop says so.
+            shared.lock_current().take();
+            if why != RUN_ENDED {
+                let payload = json!({ "reason": reason, "error": why });
+                shared.manager.events().record("agent_disconnected", &shared.subject, payload);
             }
         });
         Ok(AcpLink { jobs, gone })
-    }
-
-    /// The product's MCP server, offered to the agent's session: cc-mcp, as the
-    /// claude-code adapter gives it.
-    fn acp_mcp_server(&self, run: &LiveRun) -> McpServerStdio {
-        let helpers = self.agent_helpers(&run.record.id, false);
-        let args = helpers.agent.map(|a| vec!["--agent".to_owned(), a]).unwrap_or_default();
-        McpServerStdio::new(super::hook::MCP_SERVER_NAME, helpers.mcp).args(args)
     }
 }

@@ -11,9 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent_client_protocol::v1::schema::{
-    CreateTerminalRequest, CreateTerminalResponse, TerminalExitStatus, TerminalOutputResponse,
-};
+use cc_proto::runner::v1::{TerminalExit, TerminalOutput};
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::call_tool_response::Event as ToolEvent;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -21,13 +19,18 @@ use tokio_stream::StreamExt;
 
 use super::RunManager;
 use super::acp::{self, OutputTail};
-use super::acp_link::{refused, run_error};
+use super::acp_link::run_error;
 use crate::ids::RunId;
 
 /// Terminals a run's agent holds at once (released ones do not count).
 pub const MAX_TERMINALS: usize = 16;
 
-type Error = agent_client_protocol::Error;
+/// Why a terminal request was refused, as the agent hears it.
+type Error = String;
+
+fn refused(message: String) -> Error {
+    message
+}
 
 /// The terminals of one agent, by id.
 pub struct Terminals {
@@ -40,7 +43,7 @@ pub struct Terminals {
 
 struct Terminal {
     output: Mutex<OutputTail>,
-    exit: watch::Sender<Option<TerminalExitStatus>>,
+    exit: watch::Sender<Option<TerminalExit>>,
     reader: Mutex<Option<tokio::task::AbortHandle>>,
     slot: Mutex<Option<OwnedSemaphorePermit>>,
 }
@@ -61,16 +64,17 @@ impl Terminals {
         terminals.get(id).cloned().ok_or_else(|| refused(format!("no terminal {id:?}")))
     }
 
-    /// Starts the command of `request` (the gate first) and gives it an id.
+    /// Starts `command_line` (the gate first), keeping at most `output_byte_limit` of
+    /// its output, and gives it an id. The line was made by the run's runner from the
+    /// agent's `terminal/create`; the gate judges it as any bash command line.
     pub async fn create(
         &self,
         manager: &Arc<RunManager>,
         run_id: &RunId,
-        request: CreateTerminalRequest,
-    ) -> Result<CreateTerminalResponse, Error> {
-        let env: Vec<(String, String)> = request.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
-        let line = acp::terminal_command_line(&request.command, &request.args, &env, request.cwd.as_deref())
-            .map_err(|e| refused(format!("Control Center: {e}")))?;
+        command_line: String,
+        output_byte_limit: Option<u64>,
+    ) -> Result<String, Error> {
+        let line = command_line;
         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
             return Err(refused(format!("Control Center: at most {MAX_TERMINALS} terminals at once; release one")));
         };
@@ -79,14 +83,14 @@ impl Terminals {
         // Under an envelope our init reports a command killed by a signal as a shell does.
         let enveloped = manager.env.enveloped;
         let terminal = Arc::new(Terminal {
-            output: Mutex::new(OutputTail::new(request.output_byte_limit, most)),
+            output: Mutex::new(OutputTail::new(output_byte_limit, most)),
             exit: watch::channel(None).0,
             reader: Mutex::new(None),
             slot: Mutex::new(Some(slot)),
         });
         let reading = terminal.clone();
         let reader = tokio::spawn(async move {
-            let mut status = TerminalExitStatus::new();
+            let mut status = TerminalExit::default();
             while let Some(event) = events.next().await {
                 match event {
                     Ok(pb::CallToolResponse { event: Some(ToolEvent::Stdout(b) | ToolEvent::Stderr(b)) }) => {
@@ -94,15 +98,16 @@ impl Terminals {
                     }
                     Ok(pb::CallToolResponse { event: Some(ToolEvent::Exit(e)) }) => {
                         let (code, signal) = acp::exit_of(e.code, e.signal, enveloped);
-                        status = TerminalExitStatus::new()
-                            .exit_code(code.and_then(|c| u32::try_from(c).ok()))
-                            .signal(signal.map(signal_name));
+                        status = TerminalExit {
+                            exit_code: code.and_then(|c| u32::try_from(c).ok()),
+                            signal: signal.map(signal_name),
+                        };
                     }
                     Ok(_) => {}
                     Err(s) => {
                         let note = format!("\ncc: the terminal's command was lost: {}\n", s.message());
                         reading.output.lock().unwrap_or_else(|p| p.into_inner()).push(note.as_bytes());
-                        status = TerminalExitStatus::new().signal(Some("SIGKILL".to_owned()));
+                        status = killed();
                     }
                 }
             }
@@ -111,20 +116,21 @@ impl Terminals {
         *terminal.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.abort_handle());
         let id = format!("term-{}", self.next_id.fetch_add(1, Ordering::Relaxed) + 1);
         self.by_id.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), terminal);
-        Ok(CreateTerminalResponse::new(id))
+        Ok(id)
     }
 
-    pub fn output(&self, id: &str) -> Result<TerminalOutputResponse, Error> {
+    pub fn output(&self, id: &str) -> Result<TerminalOutput, Error> {
         let terminal = self.get(id)?;
         let output = terminal.output.lock().unwrap_or_else(|p| p.into_inner());
         let exit = terminal.exit.borrow().clone();
-        Ok(TerminalOutputResponse::new(output.text(), output.truncated()).exit_status(exit))
+        Ok(TerminalOutput { text: output.text(), truncated: output.truncated(), exit })
     }
 
     /// Waits for the command's end, which its timeout (bash's) bounds.
-    pub async fn wait_for_exit(&self, id: &str) -> Result<TerminalExitStatus, Error> {
+    pub async fn wait_for_exit(&self, id: &str) -> Result<TerminalExit, Error> {
         let mut exit = self.get(id)?.exit.subscribe();
-        let status = exit.wait_for(Option::is_some).await.map_err(|_| refused("the terminal was released"))?.clone();
+        let status =
+            exit.wait_for(Option::is_some).await.map_err(|_| refused("the terminal was released".into()))?.clone();
         Ok(status.unwrap_or_default())
     }
 
@@ -134,9 +140,7 @@ impl Terminals {
         if let Some(reader) = terminal.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
             reader.abort();
         }
-        terminal.exit.send_if_modified(|exit| {
-            exit.is_none().then(|| *exit = Some(TerminalExitStatus::new().signal(Some("SIGKILL".to_owned())))).is_some()
-        });
+        terminal.exit.send_if_modified(|exit| exit.is_none().then(|| *exit = Some(killed())).is_some());
         Ok(())
     }
 
@@ -157,6 +161,10 @@ impl Terminals {
             let _ = self.release(&id);
         }
     }
+}
+
+fn killed() -> TerminalExit {
+    TerminalExit { exit_code: None, signal: Some("SIGKILL".to_owned()) }
 }
 
 fn signal_name(signal: i32) -> String {

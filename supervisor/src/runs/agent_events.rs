@@ -1,6 +1,6 @@
 //! The agent's steps as the run's events record them: one type for every adapter.
-//! Claude Code's come typed from the run's process (`cc.runner.v1.AgentEvent`), which
-//! read them from the agent's output; the supervisor only writes them down.
+//! They come typed from the run's runner (`cc.runner.v1.AgentEvent`), which read them
+//! from the agent's own protocol; the supervisor only writes them down.
 
 pub use cc_proto::agent_event::AgentEventKind;
 use cc_proto::agent_event::{MAX_EVENT_TEXT, clipped as clipped_to};
@@ -39,6 +39,15 @@ impl AgentEvent {
                 }),
             ),
             Step::Text(text) => (AgentEventKind::Text, json!({ "text": text.text })),
+            Step::Thought(thought) => (AgentEventKind::Thought, json!({ "text": thought.text })),
+            Step::Update(update) => {
+                (AgentEventKind::Update, json!({ "update": update.update, "detail": update.detail }))
+            }
+            Step::Permission(asked) => (
+                AgentEventKind::Permission,
+                json!({ "tool_call": asked.tool_call, "title": asked.title, "allowed": asked.allowed, "reason": asked.reason }),
+            ),
+            Step::Stop(stop) => (AgentEventKind::Result, json!({ "subtype": stop.stop_reason, "result": "" })),
             Step::ToolUse(call) => {
                 (AgentEventKind::ToolUse, json!({ "id": call.id, "name": call.name, "input": call.input }))
             }
