@@ -12,6 +12,7 @@
 //! does the I/O.
 
 use cc_proto::agent::v1::ToolUse;
+use cc_proto::agent::v1::tool_use::Input;
 use serde_json::{Value, json};
 
 /// The most the hook reads on stdin: a Write's content, with room.
@@ -47,9 +48,18 @@ pub fn tool_use(input: &[u8]) -> Result<ToolUse, InputError> {
     }
     let tool_name = text("tool_name").filter(|n| !n.is_empty()).ok_or(InputError::Missing("tool_name"))?;
     let tool_input = value.get("tool_input").filter(|v| v.is_object()).ok_or(InputError::Missing("tool_input"))?;
+    let input_text = |field: &str| tool_input.get(field).and_then(Value::as_str).map(str::to_owned);
+    // Only what the gate judges leaves the envelope; the rest of the agent's JSON
+    // stays here (trust rule 8).
+    let input = match tool_name.as_str() {
+        "Bash" => input_text("command").map(Input::Command),
+        "Write" | "Edit" | "MultiEdit" => input_text("file_path").map(Input::Path),
+        "NotebookEdit" => input_text("notebook_path").map(Input::Path),
+        _ => None,
+    };
     Ok(ToolUse {
         tool_name,
-        tool_input_json: tool_input.to_string(),
+        input,
         cwd: text("cwd").unwrap_or_default(),
         permission_mode: text("permission_mode").unwrap_or_default(),
     })
@@ -121,8 +131,19 @@ mod tests {
         assert_eq!(asked.tool_name, "Bash");
         assert_eq!(asked.cwd, "/w");
         assert_eq!(asked.permission_mode, "bypassPermissions");
-        let back: Value = serde_json::from_str(&asked.tool_input_json).unwrap();
-        assert_eq!(back["command"], "git push origin main");
+        assert_eq!(asked.input, Some(Input::Command("git push origin main".into())));
+        // Only what the gate judges leaves the envelope.
+        let ask = |name: &str, input: &str| {
+            let hook = format!(r#"{{"tool_name":"{name}","tool_input":{input}}}"#);
+            tool_use(hook.as_bytes()).unwrap().input
+        };
+        assert_eq!(ask("Write", r#"{"file_path":"a","content":"x"}"#), Some(Input::Path("a".into())));
+        assert_eq!(ask("MultiEdit", r#"{"file_path":"b","edits":[]}"#), Some(Input::Path("b".into())));
+        assert_eq!(ask("NotebookEdit", r#"{"notebook_path":"n.ipynb"}"#), Some(Input::Path("n.ipynb".into())));
+        assert_eq!(ask("Bash", r#"{"command":7}"#), None);
+        assert_eq!(ask("Write", r#"{"path":"a"}"#), None);
+        assert_eq!(ask("WebFetch", r#"{"url":"http://x"}"#), None);
+        assert_eq!(ask("mcp__cc__create_ticket", r#"{"title":"t"}"#), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use cc_proto::agent::v1 as pb;
 use cc_proto::agent::v1::agent_gate_server::{AgentGate, AgentGateServer};
+use cc_proto::agent::v1::tool_use::Input;
 use cc_proto::common::v1::Decision;
 use cc_proto::supervisor::v1 as sv;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -18,9 +19,11 @@ use tonic::{Request, Response, Status};
 
 use super::{RunDoor, Shared};
 
-/// The most a tool call's input may hold (Claude Code's Write carries whole files).
+/// The longest command line a Bash call may ask about.
 pub const MAX_TOOL_INPUT_BYTES: usize = 1 << 20;
-/// A request is the input and a few short fields.
+/// The longest path a file tool may name.
+pub const MAX_TOOL_PATH_BYTES: usize = 4096;
+/// A request is the command and a few short fields.
 const MAX_REQUEST_BYTES: usize = MAX_TOOL_INPUT_BYTES + 64 * 1024;
 /// Questions one connection may have in flight: each may wait for an approver.
 const MAX_STREAMS_PER_CONNECTION: u32 = 4;
@@ -44,8 +47,14 @@ fn malformed(tool_use: &pb::ToolUse) -> Option<String> {
     if tool_use.tool_name.len() > MAX_TOOL_NAME || tool_use.tool_name.chars().any(char::is_control) {
         return Some("the tool's name is over 256 bytes or holds control characters".into());
     }
-    if tool_use.tool_input_json.len() > MAX_TOOL_INPUT_BYTES {
-        return Some(format!("the tool's input is over {MAX_TOOL_INPUT_BYTES} bytes"));
+    match &tool_use.input {
+        Some(Input::Command(command)) if command.len() > MAX_TOOL_INPUT_BYTES => {
+            return Some(format!("the tool's command is over {MAX_TOOL_INPUT_BYTES} bytes"));
+        }
+        Some(Input::Path(path)) if path.len() > MAX_TOOL_PATH_BYTES => {
+            return Some(format!("the tool's path is over {MAX_TOOL_PATH_BYTES} bytes"));
+        }
+        _ => {}
     }
     if tool_use.cwd.len() > MAX_CWD || tool_use.permission_mode.len() > MAX_TOOL_NAME {
         return Some("the working directory or permission mode is too long".into());
@@ -141,18 +150,21 @@ pub async fn serve(stream: UnixStream, door: Arc<RunDoor>, shared: Arc<Shared>) 
 mod tests {
     use super::*;
 
-    fn call(name: &str, input: &str) -> pb::ToolUse {
-        pb::ToolUse { tool_name: name.into(), tool_input_json: input.into(), ..Default::default() }
+    fn call(name: &str, input: Option<Input>) -> pb::ToolUse {
+        pb::ToolUse { tool_name: name.into(), input, ..Default::default() }
     }
 
     #[test]
     fn malformed_questions_are_refused_before_anyone_is_asked() {
-        assert!(malformed(&call("Bash", r#"{"command":"ls"}"#)).is_none());
-        assert!(malformed(&call("", "{}")).unwrap().contains("names no tool"));
-        assert!(malformed(&call("Ba\nsh", "{}")).unwrap().contains("control"));
-        assert!(malformed(&call(&"x".repeat(257), "{}")).unwrap().contains("256"));
-        assert!(malformed(&call("Write", &"x".repeat(MAX_TOOL_INPUT_BYTES + 1))).unwrap().contains("input"));
-        let mut long_cwd = call("Bash", "{}");
+        assert!(malformed(&call("Bash", Some(Input::Command("ls".into())))).is_none());
+        assert!(malformed(&call("", None)).unwrap().contains("names no tool"));
+        assert!(malformed(&call("Ba\nsh", None)).unwrap().contains("control"));
+        assert!(malformed(&call(&"x".repeat(257), None)).unwrap().contains("256"));
+        let long = Some(Input::Command("x".repeat(MAX_TOOL_INPUT_BYTES + 1)));
+        assert!(malformed(&call("Bash", long)).unwrap().contains("command"));
+        let long = Some(Input::Path("x".repeat(MAX_TOOL_PATH_BYTES + 1)));
+        assert!(malformed(&call("Write", long)).unwrap().contains("path"));
+        let mut long_cwd = call("Bash", None);
         long_cwd.cwd = "/".repeat(MAX_CWD + 1);
         assert!(malformed(&long_cwd).is_some());
     }

@@ -7,6 +7,7 @@
 //! could have been written for it.
 
 use cc_proto::agent::v1::ToolUse;
+use cc_proto::agent::v1::tool_use::Input;
 use cc_proto::common::v1::Decision;
 use std::path::Path;
 
@@ -34,31 +35,28 @@ pub enum Hooked {
     Refused(String),
 }
 
-/// How the gate sees `tool_use` in a run whose working directory is `work_dir`.
+/// How the gate sees `tool_use` in a run whose working directory is `work_dir`. The
+/// agent's JSON was read by cc-hook inside the envelope; here only its typed fields.
 pub fn describe(tool_use: &ToolUse, work_dir: &Path) -> Hooked {
-    let input: serde_json::Value = match serde_json::from_str(&tool_use.tool_input_json) {
-        Ok(v @ serde_json::Value::Object(_)) => v,
-        _ => return Hooked::Refused(format!("the {} call's input is not a JSON object", tool_use.tool_name)),
-    };
-    let text = |field: &str| input.get(field).and_then(serde_json::Value::as_str);
-    let file = |tool: &'static str, field: &str| match text(field) {
-        Some(path) if !path.is_empty() => Hooked::Gate(Described {
+    let name = tool_use.tool_name.as_str();
+    let file = |tool: &'static str, field: &str| match &tool_use.input {
+        Some(Input::Path(path)) if !path.is_empty() => Hooked::Gate(Described {
             tool,
             paths: vec![gate_path(path, work_dir)],
             command_line: None,
             domains: vec![],
         }),
-        _ => Hooked::Refused(format!("the {} call names no {field}", tool_use.tool_name)),
+        _ => Hooked::Refused(format!("the {name} call names no {field}")),
     };
-    match tool_use.tool_name.as_str() {
-        "Bash" => match text("command") {
-            Some(command) => Hooked::Gate(Described {
+    match name {
+        "Bash" => match &tool_use.input {
+            Some(Input::Command(command)) => Hooked::Gate(Described {
                 tool: "bash",
                 paths: vec![],
-                command_line: Some(command.to_owned()),
+                command_line: Some(command.clone()),
                 domains: vec![],
             }),
-            None => Hooked::Refused("the Bash call has no command".into()),
+            _ => Hooked::Refused("the Bash call has no command".into()),
         },
         "Write" => file("write", "file_path"),
         "Edit" | "MultiEdit" => file("edit", "file_path"),
@@ -102,8 +100,16 @@ impl RunManager {
 mod tests {
     use super::*;
 
-    fn call(name: &str, input: &str) -> ToolUse {
-        ToolUse { tool_name: name.into(), tool_input_json: input.into(), ..Default::default() }
+    fn call(name: &str, input: Option<Input>) -> ToolUse {
+        ToolUse { tool_name: name.into(), input, ..Default::default() }
+    }
+
+    fn command(line: &str) -> Option<Input> {
+        Some(Input::Command(line.into()))
+    }
+
+    fn path(path: &str) -> Option<Input> {
+        Some(Input::Path(path.into()))
     }
 
     fn gate(tool: &'static str, paths: &[&str], command: Option<&str>) -> Hooked {
@@ -119,39 +125,24 @@ mod tests {
     fn claude_codes_tools_become_the_harness_calls_the_rules_are_written_for() {
         let work = Path::new("/w/run");
         assert_eq!(
-            describe(&call("Bash", r#"{"command":"git push origin main"}"#), work),
+            describe(&call("Bash", command("git push origin main")), work),
             gate("bash", &[], Some("git push origin main"))
         );
-        assert_eq!(
-            describe(&call("Write", r#"{"file_path":"/w/run/secret/k","content":"x"}"#), work),
-            gate("write", &["secret/k"], None)
-        );
-        assert_eq!(
-            describe(&call("Edit", r#"{"file_path":"/w/run/./a/../secret/k"}"#), work),
-            gate("edit", &["secret/k"], None)
-        );
-        assert_eq!(
-            describe(&call("MultiEdit", r#"{"file_path":"src/x.rs","edits":[]}"#), work),
-            gate("edit", &["src/x.rs"], None)
-        );
-        assert_eq!(
-            describe(&call("NotebookEdit", r#"{"notebook_path":"/w/run/n.ipynb"}"#), work),
-            gate("edit", &["n.ipynb"], None)
-        );
+        assert_eq!(describe(&call("Write", path("/w/run/secret/k")), work), gate("write", &["secret/k"], None));
+        assert_eq!(describe(&call("Edit", path("/w/run/./a/../secret/k")), work), gate("edit", &["secret/k"], None));
+        assert_eq!(describe(&call("MultiEdit", path("src/x.rs")), work), gate("edit", &["src/x.rs"], None));
+        assert_eq!(describe(&call("NotebookEdit", path("/w/run/n.ipynb")), work), gate("edit", &["n.ipynb"], None));
         // Outside the working directory a path stays absolute: no relative rule can be
         // matched by accident.
-        assert_eq!(
-            describe(&call("Write", r#"{"file_path":"/etc/passwd"}"#), work),
-            gate("write", &["/etc/passwd"], None)
-        );
+        assert_eq!(describe(&call("Write", path("/etc/passwd")), work), gate("write", &["/etc/passwd"], None));
     }
 
     #[test]
     fn only_the_products_own_mcp_tools_pass_the_hook_to_ask_their_gates() {
         let work = Path::new("/w");
-        assert_eq!(describe(&call("mcp__cc__create_ticket", "{}"), work), Hooked::OwnTool);
+        assert_eq!(describe(&call("mcp__cc__create_ticket", None), work), Hooked::OwnTool);
         for other in ["mcp__ccx__create_ticket", "mcp__evil__run", "mcp__cc", "mcp__"] {
-            assert!(matches!(describe(&call(other, "{}"), work), Hooked::Refused(_)), "{other}");
+            assert!(matches!(describe(&call(other, None), work), Hooked::Refused(_)), "{other}");
         }
     }
 
@@ -159,16 +150,16 @@ mod tests {
     fn anything_unreadable_or_unknown_is_denied() {
         let work = Path::new("/w");
         for (name, input) in [
-            ("Bash", "not json"),
-            ("Bash", "[]"),
-            ("Bash", r#"{"command":7}"#),
-            ("Bash", "{}"),
-            ("Write", r#"{"content":"x"}"#),
-            ("Write", r#"{"file_path":""}"#),
-            ("WebFetch", r#"{"url":"http://x"}"#),
-            ("Task", "{}"),
+            ("Bash", None),
+            ("Bash", path("ls")),
+            ("Write", None),
+            ("Write", path("")),
+            ("Write", command("ls")),
+            ("NotebookEdit", None),
+            ("WebFetch", None),
+            ("Task", None),
         ] {
-            assert!(matches!(describe(&call(name, input), work), Hooked::Refused(_)), "{name} {input}");
+            assert!(matches!(describe(&call(name, input.clone()), work), Hooked::Refused(_)), "{name} {input:?}");
         }
     }
 }
