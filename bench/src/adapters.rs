@@ -7,6 +7,10 @@
 //! * the MCP tool-call round trip: `tools/call create_ticket` on cc-mcp over stdio,
 //!   through the agent socket, the gateway, the gate, the broker's one-write token and
 //!   the stand-in GitHub API; beside it, the same POST made straight to the stand-in;
+//! * the ACP round trip of an `fs/read_text_file` of 4 KiB, timed by the agent (the
+//!   stand-in, `acp-standin`) from its request to its answer: its client is the run's
+//!   runner, which asks the supervisor, which has the gate judge it and the runner
+//!   read it: under 1 ms median;
 //! * the real claude CLI's turn overhead under the native envelope against
 //!   unwrapped (claude-code-nosandbox), with the same scripted model: one prompt of
 //!   two turns (a Bash call, then text), from `ccctl run prompt` to its exit.
@@ -29,6 +33,7 @@ const WARM_UP: usize = 20;
 const SAMPLES: usize = 300;
 const MCP_CALLS: usize = 200;
 const CLI_ROUNDS: usize = 5;
+const ACP_READS: usize = 1000;
 
 /// What Claude Code gives its PreToolUse hook for a Bash call.
 const HOOK_INPUT: &str = r#"{"session_id":"bench","cwd":"/w","permission_mode":"bypassPermissions","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls -la src","description":"list"},"tool_use_id":"toolu_bench"}"#;
@@ -209,6 +214,8 @@ pub fn run() -> anyhow::Result<()> {
     report("the same POST straight to the API", &stats(direct), Duration::from_millis(50));
     drop(mcp);
 
+    acp_reads(&worlds[0].1, &worlds[0].2)?;
+
     // The real CLI, native against unwrapped.
     if Command::new("claude").arg("--version").output().map(|o| o.status.success()).unwrap_or(false) {
         let (mut native, mut unwrapped) = (Vec::new(), Vec::new());
@@ -247,6 +254,47 @@ pub fn run() -> anyhow::Result<()> {
     } else {
         println!("claude CLI not installed: its turn overhead is not measured (.ci/run installs it)");
     }
+    Ok(())
+}
+
+/// The ACP stand-in, in the run's overlay envelope, reads a 4 KiB file [`ACP_READS`]
+/// times and says how long each took.
+fn acp_reads(data: &Path, conversation: &str) -> anyhow::Result<()> {
+    let work = data.join(format!("conversations/{conversation}/agents/default/work"));
+    std::fs::create_dir_all(&work)?;
+    let agent = work.join("acp-standin");
+    let command = format!("'{}' --quiet", path_str(&agent)?);
+    let args = ["run", "start", "--conversation", conversation, "--adapter", "acp", "--agent-command", &command];
+    let run = ccctl(data, &args)?.trim().to_owned();
+    std::fs::copy(sibling("acp-standin")?, &agent)?;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+    let shown: serde_json::Value = serde_json::from_str(&ccctl(data, &["--json", "run", "show", &run])?)?;
+    let file = Path::new(shown["work_dir"].as_str().context("work_dir")?).join("four.txt");
+    let script = format!("time-reads {ACP_READS} {}", path_str(&file)?);
+    let out = ccctl(data, &["--json", "run", "prompt", &run, &script, "--timeout", "120"])?;
+    let said: String = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["kind"] == "agent_text")
+        .filter_map(|e| e["payload"]["text"].as_str().map(str::to_owned))
+        .collect();
+    let micros = |key: &str| {
+        said.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse::<u64>().ok())
+            .with_context(|| format!("the stand-in did not time its reads: {said}"))
+    };
+    let (median, p90) = (micros("median_us=")?, micros("p90_us=")?);
+    let target = 1000.0;
+    println!(
+        "{:<44} median {:>9.3} ms  p90 {:>9.3} ms  target {:>7.3} ms  median/target {:.3}",
+        "ACP fs/read_text_file round trip, 4 KiB",
+        median as f64 / 1000.0,
+        p90 as f64 / 1000.0,
+        target / 1000.0,
+        median as f64 / target
+    );
+    ccctl(data, &["run", "stop", &run])?;
     Ok(())
 }
 

@@ -30,6 +30,9 @@
 //! - `keep-terminal`: a terminal (`sleep 60`) created and kept, its id the outcome;
 //! - `terminal-output ID` / `terminal-kill ID` / `terminal-release ID`: asked of the
 //!   terminal ID, which another run may own.
+//!
+//! And for `cc-bench adapters`: `time-reads COUNT PATH`, COUNT `fs/read_text_file`s of
+//! PATH one after another, answered with their median and p90 in microseconds.
 
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest, InitializeResponse,
@@ -222,6 +225,20 @@ async fn step(cx: &ConnectionTo<Client>, session: &SessionId, line: &str) -> Str
         }
         "exit" => std::process::exit(rest.parse().unwrap_or(3)),
         "permissions" => permissions(cx, &sid, rest.parse().unwrap_or(1)).await,
+        "time-reads" => {
+            let (count, path) = rest.split_once(' ').unwrap_or((rest, ""));
+            let mut took = Vec::new();
+            for _ in 0..count.parse().unwrap_or(1) {
+                let t = std::time::Instant::now();
+                if let Err(e) = cx.send_request(ReadTextFileRequest::new(sid.clone(), path)).block_task().await {
+                    return format!("refused {}", e.message);
+                }
+                took.push(t.elapsed().as_micros());
+            }
+            took.sort_unstable();
+            let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
+            format!("ok median_us={} p90_us={}", at(0.5), at(0.9))
+        }
         "updates" | "long-updates" => {
             let mut words = rest.split_whitespace().map(|w| w.parse::<usize>().unwrap_or(1));
             let count = words.next().unwrap_or(1);
