@@ -367,6 +367,20 @@ pub fn payload(event: &Event) -> serde_json::Value {
     serde_json::from_str(&event.payload_json).expect("payload is JSON")
 }
 
+/// The processes whose program (`argv[0]`) is `program`, by pid.
+pub fn processes_running(program: &Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let argv0 = cmdline.split(|b| *b == 0).next()?;
+            (argv0 == program.as_os_str().as_encoded_bytes()).then_some(pid)
+        })
+        .collect()
+}
+
 /// Whether a process with this pid exists (zombies included).
 pub fn alive(pid: u32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()

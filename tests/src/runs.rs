@@ -52,6 +52,18 @@ impl Fixture {
         text(&out).0.trim().to_owned()
     }
 
+    /// The payloads of `run`'s recorded events of `kind`, in order.
+    pub fn run_events(&self, run: &str, kind: &str) -> Vec<serde_json::Value> {
+        let out = self.sup.ccctl(&["--json", "events"]);
+        let subject = format!("run:{run}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("ccctl --json events: a JSON line each"))
+            .filter(|e| e["kind"] == kind && e["subject"] == subject.as_str())
+            .map(|e| e["payload"].clone())
+            .collect()
+    }
+
     pub fn tool(&self, run: &str, args: &[&str]) -> Output {
         let mut all = vec!["tool", run];
         all.extend_from_slice(args);

@@ -103,17 +103,7 @@ fn both(out: &Output) -> String {
 
 /// The processes of `w`'s agent (tests run side by side, each with its own).
 fn agents_running(w: &World) -> Vec<u32> {
-    let agent = std::fs::canonicalize(&w.work).unwrap().join("acp-standin");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let argv0 = cmdline.split(|b| *b == 0).next()?;
-            (argv0 == agent.as_os_str().as_encoded_bytes()).then_some(pid)
-        })
-        .collect()
+    cc_tests::processes_running(&std::fs::canonicalize(&w.work).unwrap().join("acp-standin"))
 }
 
 #[test]

@@ -36,17 +36,7 @@ fn world(runs: usize) -> (Fixture, Vec<String>) {
 /// The stand-in agents' processes (each test has its own data directory).
 fn agents_running(f: &Fixture) -> Vec<u32> {
     let work = f.sup.data_dir.join(format!("conversations/{}/agents/default/work", f.conversation));
-    let agent = std::fs::canonicalize(work).unwrap().join("acp-standin");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let argv0 = cmdline.split(|b| *b == 0).next()?;
-            (argv0 == agent.as_os_str().as_encoded_bytes()).then_some(pid)
-        })
-        .collect()
+    cc_tests::processes_running(&std::fs::canonicalize(work).unwrap().join("acp-standin"))
 }
 
 fn prompt(f: &Fixture, run: &str, script: &str) -> Output {
@@ -66,35 +56,23 @@ fn outcomes(f: &Fixture, run: &str, script: &str) -> Vec<String> {
     said.lines().filter_map(|l| l.split_once(" => ").map(|(_, o)| o.to_owned())).collect()
 }
 
-/// The run's events of `kind`: their payloads.
-fn events(f: &Fixture, run: &str, kind: &str) -> Vec<Value> {
-    let out = f.sup.ccctl(&["--json", "events"]);
-    let subject = format!("run:{run}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e["kind"] == kind && e["subject"] == subject.as_str())
-        .map(|e| e["payload"].clone())
-        .collect()
-}
-
 #[test]
 fn a_flood_of_permission_requests_is_answered_and_its_records_are_bounded() {
     let (f, runs) = world(1);
     let run = &runs[0];
     const ASKED: usize = 25_000;
     assert_eq!(outcomes(&f, run, &format!("permissions {ASKED}")), [format!("ok {ASKED} allowed 0 refused")]);
-    let decisions = events(&f, run, "gate_decision").len();
-    let permissions = events(&f, run, "agent_permission").len();
+    let decisions = f.run_events(run, "gate_decision").len();
+    let permissions = f.run_events(run, "agent_permission").len();
     assert!(decisions < ASKED && permissions < ASKED, "{decisions} decisions, {permissions} permissions recorded");
-    let suppressed = events(&f, run, "records_suppressed");
+    let suppressed = f.run_events(run, "records_suppressed");
     assert_eq!(suppressed.len(), 2, "crossing the prompt's budget, then its counts: {suppressed:?}");
     assert_eq!((suppressed[0]["budget"].as_str(), suppressed[0]["after"].as_u64()), (Some("prompt"), Some(20_000)));
     let counted = suppressed[1]["suppressed"]["gate_decision"].as_u64().unwrap_or(0);
     assert_eq!(decisions as u64 + counted, ASKED as u64, "every decision is written or counted: {suppressed:?}");
     // The next prompt has a budget of its own.
     assert_eq!(outcomes(&f, run, "permissions 1"), ["ok 1 allowed 0 refused"]);
-    assert_eq!(events(&f, run, "gate_decision").len(), decisions + 1);
+    assert_eq!(f.run_events(run, "gate_decision").len(), decisions + 1);
 }
 
 #[test]
@@ -118,7 +96,7 @@ fn floods_of_updates_and_huge_ones_end_their_prompt_and_are_clipped() {
         let out = prompt(&f, run, attack);
         assert!(out.status.success(), "{attack}: {}", text(&out).1);
     }
-    let texts = events(&f, run, "agent_text");
+    let texts = f.run_events(run, "agent_text");
     assert!(texts.len() < 100, "{} texts recorded", texts.len());
     assert!(texts.iter().all(|t| t["text"].as_str().unwrap_or_default().len() < 20 * 1024), "clipped to 16 KiB");
     assert_eq!(outcomes(&f, run, "say on"), ["ok on"]);

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use cc_tests::runs::{Fixture, fixture_with, text};
 use cc_tests::{Options, bin, eventually};
-use serde_json::Value;
 
 fn world() -> (Fixture, String) {
     let config = format!("[runs.claude_code]\nprogram = \"{}\"\n", bin("claude-standin").display());
@@ -33,18 +32,6 @@ fn prompt(f: &Fixture, run: &str, attack: &str) -> Output {
     f.sup.ccctl(&["run", "prompt", run, attack, "--timeout", "300"])
 }
 
-/// The run's events of `kind`, as recorded: their payloads.
-fn events(f: &Fixture, run: &str, kind: &str) -> Vec<Value> {
-    let out = f.sup.ccctl(&["--json", "events"]);
-    let subject = format!("run:{run}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("ccctl --json events prints a JSON line each"))
-        .filter(|e| e["kind"] == kind && e["subject"] == subject.as_str())
-        .map(|e| e["payload"].clone())
-        .collect()
-}
-
 /// The supervisor's peak resident memory so far, in KiB (`VmHWM`).
 fn supervisor_peak_kib(f: &Fixture) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", f.sup.child.id())).unwrap();
@@ -55,7 +42,7 @@ fn supervisor_peak_kib(f: &Fixture) -> u64 {
 /// The prompt ended with the agent's exit, and its last line, after the attack, was read.
 fn assert_read_to_the_end(f: &Fixture, run: &str, out: &Output, attack: &str) {
     assert!(out.status.success(), "{attack}: {out:?}");
-    let results = events(f, run, "agent_result");
+    let results = f.run_events(run, "agent_result");
     assert!(results.iter().any(|r| r["result"] == format!("done {attack}")), "{attack}: {results:?}");
 }
 
@@ -88,7 +75,7 @@ fn overlong_lines_deep_nesting_and_bytes_not_utf8_are_bounded_and_what_follows_i
     for attack in ["nested 1000000", "invalid-utf8"] {
         assert_read_to_the_end(&f, &run, &prompt(&f, &run, attack), attack);
     }
-    let texts = events(&f, &run, "agent_text");
+    let texts = f.run_events(&run, "agent_text");
     assert!(texts.iter().any(|t| t["text"] == "bad \u{fffd}\u{fffd}\u{fffd} bytes"), "{texts:?}");
     let grown = supervisor_peak_kib(&f).saturating_sub(before);
     assert!(grown < 16 * 1024, "the supervisor's peak memory grew by {grown} KiB");
@@ -99,11 +86,11 @@ fn a_flood_of_steps_is_recorded_up_to_the_prompts_budget_then_counted() {
     let (f, run) = world();
     let out = prompt(&f, &run, "flood 20000");
     assert!(out.status.success(), "{}", text(&out).1);
-    let suppressed = events(&f, &run, "agent_events_suppressed");
+    let suppressed = f.run_events(&run, "agent_events_suppressed");
     assert_eq!(suppressed, [serde_json::json!({ "after": 10000 })]);
     // The init, then text up to the budget; the rest (and the result) only streamed.
-    assert_eq!(events(&f, &run, "agent_text").len(), 9_999);
-    assert!(events(&f, &run, "agent_result").is_empty(), "past the budget, not recorded");
+    assert_eq!(f.run_events(&run, "agent_text").len(), 9_999);
+    assert!(f.run_events(&run, "agent_result").is_empty(), "past the budget, not recorded");
     // What a caller too slow for the flood does not take is dropped for it, never
     // held; it still hears the agent's exit (ccctl's status is the agent's).
 }
@@ -113,7 +100,7 @@ fn a_result_for_a_tool_call_the_agent_never_made_is_not_recorded() {
     let (f, run) = world();
     let out = prompt(&f, &run, "forged-result");
     assert_read_to_the_end(&f, &run, &out, "forged-result");
-    let results = events(&f, &run, "agent_tool_result");
+    let results = f.run_events(&run, "agent_tool_result");
     assert_eq!(results.len(), 1, "only the made call's result: {results:?}");
     assert_eq!(results[0]["tool_use_id"], "toolu_made");
     assert!(text(&out).1.contains("a tool result for a call the agent never made (toolu_never_made) was not recorded"));
@@ -137,7 +124,7 @@ fn a_runner_killed_mid_prompt_ends_that_prompt_with_a_reason_and_leaves_other_ru
         .unwrap();
     let mut agent = 0u32;
     eventually(Duration::from_secs(30), "the stand-in's init is recorded", || {
-        let inits = events(&f, &run, "agent_init");
+        let inits = f.run_events(&run, "agent_init");
         agent = inits.first().and_then(|i| i["model"].as_str()?.strip_prefix("pid-")?.parse().ok()).unwrap_or(0);
         agent > 0
     });
@@ -148,7 +135,7 @@ fn a_runner_killed_mid_prompt_ends_that_prompt_with_a_reason_and_leaves_other_ru
     assert!(!status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("runner restarted") && stderr.contains("it ended mid-prompt"), "{stderr}");
-    assert_eq!(events(&f, &run, "agent_output_unread").len(), 1);
+    assert_eq!(f.run_events(&run, "agent_output_unread").len(), 1);
     eventually(Duration::from_secs(10), "the agent is stopped with its prompt", || !cc_tests::alive(agent));
     let subject = format!("run:{run}");
     f.sup.await_event(Duration::from_secs(10), |e| e.kind == "runner_restarted" && e.subject == subject);
