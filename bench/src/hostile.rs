@@ -1,12 +1,15 @@
 //! A hostile agent beside quiet runs (issue 36's targets): while a Claude Code stand-in
 //! (`claude-standin`, built with the tests) writes a gigabyte with no newline, twenty
-//! 10 MiB lines or 100,000 steps, the supervisor's resident memory stays under 40 MiB,
-//! its `GetStatus` p99 under 5 ms, and a quiet run's 4 KiB read keeps its latency
-//! (the ratio is to the same read with no attack, in the same run). Then the
-//! supervisor's idle memory with 20 live claude-code runs, each past one prompt.
+//! 10 MiB lines or 100,000 steps, and while an ACP stand-in (`acp-standin`) sends
+//! 100,000 permission requests, twenty 10 MiB updates or a gigabyte with no newline,
+//! the supervisor's resident memory stays under 40 MiB, its `GetStatus` p99 under
+//! 5 ms, and a quiet run's 4 KiB read keeps its latency (the ratio is to the same read
+//! with no attack, in the same run). Then the supervisor's idle memory with 20 live
+//! claude-code runs, each past one prompt.
 //!
-//! The runs are claude-code-nosandbox, so that the stand-in runs on the host; its
-//! output takes the same road to the run's runner as an enveloped CLI's.
+//! The Claude Code runs are claude-code-nosandbox, so that the stand-in runs on the
+//! host; its output takes the same road to the run's runner as an enveloped CLI's. The
+//! ACP run is enveloped, as every ACP agent is.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -20,6 +23,7 @@ use crate::runs::{ccctl, demo_repo, path_str, read_four_kib};
 use crate::{ms, sibling, start, stats, vm_rss_kib};
 
 const ATTACKS: [&str; 3] = ["no-newline 1024", "long-lines 20 10", "flood 100000"];
+const ACP_ATTACKS: [&str; 3] = ["permissions 100000", "long-updates 20 10", "raw-no-newline 1024"];
 const QUIET_CALLS: usize = 300;
 const LIVE_RUNS: usize = 20;
 const RSS_TARGET_MIB: f64 = 40.0;
@@ -51,20 +55,37 @@ pub fn run() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 
     let before = vm_rss_kib(&proc_dir).context("the supervisor's VmRSS")?;
-    let quiet_calls = runtime.block_on(calls(&socket, &quiet[0], &proc_dir, None))?;
+    let quiet_calls = runtime.block_on(calls(&socket, &quiet[0], &proc_dir, None, true))?;
     println!("supervisor RSS before any attack: {:.1} MiB", before as f64 / 1024.0);
     print_calls("no attack", &quiet_calls, None);
-    for attack in ATTACKS {
+    let acp = {
+        let work = data.join(format!("conversations/{}/agents/default/work", conversation.trim()));
+        std::fs::create_dir_all(&work)?;
+        let agent = work.join("acp-standin");
+        let command = format!("'{}' --quiet", path_str(&agent)?);
+        let args =
+            ["run", "start", "--conversation", conversation.trim(), "--adapter", "acp", "--agent-command", &command];
+        let run = ccctl(&data, &args)?.trim().to_owned();
+        std::fs::copy(sibling("acp-standin")?, &agent)?;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+        ccctl(&data, &["run", "prompt", &run, "say up"])?;
+        run
+    };
+    let attacks =
+        ATTACKS.iter().map(|a| (&attacker, *a, "claude-code")).chain(ACP_ATTACKS.iter().map(|a| (&acp, *a, "acp")));
+    for (run, attack, adapter) in attacks {
         let prompt = Command::new(sibling("ccctl")?)
             .arg("--data-dir")
             .arg(&data)
-            .args(["run", "prompt", &attacker, attack, "--timeout", "600"])
+            .args(["run", "prompt", run, attack, "--timeout", "600"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
         let t = Instant::now();
-        let measured = runtime.block_on(calls(&socket, &quiet[0], &proc_dir, Some(prompt)))?;
-        println!("attack `{attack}`: the prompt took {:.1} s", t.elapsed().as_secs_f64());
+        // The ACP agent's gigabyte ends its prompt with a failure, as it should.
+        let must_succeed = attack != "raw-no-newline 1024";
+        let measured = runtime.block_on(calls(&socket, &quiet[0], &proc_dir, Some(prompt), must_succeed))?;
+        println!("{adapter} attack `{attack}`: the prompt took {:.1} s", t.elapsed().as_secs_f64());
         print_calls(attack, &measured, Some(&quiet_calls));
     }
 
@@ -89,8 +110,15 @@ struct Calls {
 }
 
 /// A quiet run's reads and GetStatus calls, one by one, with the supervisor's memory
-/// sampled between them: [`QUIET_CALLS`] of each, or while `attack` lasts (at least 50).
-async fn calls(socket: &Path, run: &str, proc_dir: &Path, mut attack: Option<Child>) -> anyhow::Result<Calls> {
+/// sampled between them: [`QUIET_CALLS`] of each, or while `attack` lasts (at least 50);
+/// an attack that fails when it `must_succeed` is an error.
+async fn calls(
+    socket: &Path,
+    run: &str,
+    proc_dir: &Path,
+    mut attack: Option<Child>,
+    must_succeed: bool,
+) -> anyhow::Result<Calls> {
     let mut client = cc_client::connect(socket).await?;
     let mut out = Calls { reads: Vec::new(), statuses: Vec::new(), peak_rss_kib: 0 };
     loop {
@@ -104,7 +132,7 @@ async fn calls(socket: &Path, run: &str, proc_dir: &Path, mut attack: Option<Chi
         let done = match attack.as_mut() {
             None => out.reads.len() >= QUIET_CALLS,
             Some(prompt) => match prompt.try_wait()? {
-                Some(status) if !status.success() => bail!("the attacking prompt failed: {status}"),
+                Some(status) if must_succeed && !status.success() => bail!("the attacking prompt failed: {status}"),
                 Some(_) => out.reads.len() >= 50,
                 None => false,
             },
