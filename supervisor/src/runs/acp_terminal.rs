@@ -28,10 +28,6 @@ pub const MAX_TERMINALS: usize = 16;
 /// Why a terminal request was refused, as the agent hears it.
 type Error = String;
 
-fn refused(message: String) -> Error {
-    message
-}
-
 /// The terminals of one agent, by id.
 pub struct Terminals {
     by_id: Mutex<HashMap<String, Arc<Terminal>>>,
@@ -61,7 +57,7 @@ impl Default for Terminals {
 impl Terminals {
     fn get(&self, id: &str) -> Result<Arc<Terminal>, Error> {
         let terminals = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
-        terminals.get(id).cloned().ok_or_else(|| refused(format!("no terminal {id:?}")))
+        terminals.get(id).cloned().ok_or_else(|| format!("no terminal {id:?}"))
     }
 
     /// Starts `command_line` (the gate first), keeping at most `output_byte_limit` of
@@ -76,7 +72,7 @@ impl Terminals {
     ) -> Result<String, Error> {
         let line = command_line;
         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            return Err(refused(format!("Control Center: at most {MAX_TERMINALS} terminals at once; release one")));
+            return Err(format!("Control Center: at most {MAX_TERMINALS} terminals at once; release one"));
         };
         let mut events = manager.terminal_command(run_id, line).await.map_err(run_error)?;
         let most = usize::try_from(manager.config().bash_output_cap_bytes).unwrap_or(usize::MAX);
@@ -129,8 +125,7 @@ impl Terminals {
     /// Waits for the command's end, which its timeout (bash's) bounds.
     pub async fn wait_for_exit(&self, id: &str) -> Result<TerminalExit, Error> {
         let mut exit = self.get(id)?.exit.subscribe();
-        let status =
-            exit.wait_for(Option::is_some).await.map_err(|_| refused("the terminal was released".into()))?.clone();
+        let status = exit.wait_for(Option::is_some).await.map_err(|_| "the terminal was released".to_owned())?.clone();
         Ok(status.unwrap_or_default())
     }
 
