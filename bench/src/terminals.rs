@@ -118,7 +118,7 @@ async fn hosted_cat(client: &mut cc_client::Client, file: &str) -> anyhow::Resul
     loop {
         let had = attached.seen.len();
         let more = attached.read_one().await;
-        total += (attached.seen.len() - had) as u64;
+        total = total.wrapping_add((attached.seen.len() - had) as u64);
         attached.seen.clear();
         if !more {
             break;
