@@ -20,7 +20,7 @@ use crate::names;
 use crate::paths::DataDir;
 use crate::registry::{ConversationRecord, ConversationRepo, RegistryError, RepoRecord, Workspace};
 use crate::store::Store;
-use crate::worktree::{self, Backend, CloneMode, TreeEvent, WorktreeError};
+use cc_worktree::{self as worktree, Backend, CloneMode, TreeEvent, WorktreeError};
 
 /// Written first into a conversation directory, removed once the row exists.
 const MANIFEST: &str = ".provisioning.json";

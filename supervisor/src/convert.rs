@@ -13,7 +13,7 @@ use tonic::{Code, Status};
 
 use crate::conversations::ConversationError;
 use crate::registry::{ConversationRecord, RegistryError, RepoRecord, Resource, Workspace};
-use crate::worktree::{Backend, WorktreeError};
+use cc_worktree::{Backend, WorktreeError};
 
 pub fn path_bytes(path: &Path) -> Vec<u8> {
     path.as_os_str().as_bytes().to_vec()

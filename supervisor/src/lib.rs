@@ -30,4 +30,3 @@ pub mod runs;
 pub mod sd_notify;
 pub mod store;
 pub mod terminals;
-pub mod worktree;

@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, params};
 
 use crate::ids::ConversationId;
 use crate::store::{Store, StoreError};
-use crate::worktree::Backend;
+use cc_worktree::Backend;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {

@@ -132,7 +132,7 @@ impl RunManager {
             tracing::warn!(run = run_id, error = %status.message(), "cannot close the run's git door now");
         }
         // By handle, never through a link, as every removal of a run's directories.
-        let _ = crate::worktree::remove_tree(&self.env.data.gateway_run_dir(run_id));
+        let _ = cc_worktree::remove_tree(&self.env.data.gateway_run_dir(run_id));
     }
 
     /// A gateway process started: every live run is registered with it again. A run

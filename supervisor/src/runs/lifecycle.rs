@@ -407,7 +407,7 @@ fn hand_to_service_user(
     for name in cc_host::beneath::names(&repos).map_err(std::io::Error::from)? {
         let st = nix::sys::stat::fstatat(&repos, name.as_os_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
         if st.st_uid != uid {
-            crate::worktree::give_tree(&repos, &name, user, 0)?;
+            cc_worktree::give_tree(&repos, &name, user, 0)?;
         }
     }
     Ok(())

@@ -377,7 +377,7 @@ impl RunManager {
                     &RunId::from_wire(run.id.as_str()),
                 ));
                 // And its gateway directory (socket and git config).
-                let _ = crate::worktree::remove_tree(&env.data.gateway_run_dir(&run.id));
+                let _ = cc_worktree::remove_tree(&env.data.gateway_run_dir(&run.id));
                 let reason = "the supervisor stopped while the run was live";
                 if env.store.end_run(&run.id, RunState::Failed, now(), reason).is_ok() {
                     env.events.record(

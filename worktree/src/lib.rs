@@ -9,8 +9,14 @@
 //!
 //! There is no silent fallback: a filesystem that cannot reflink, or a data directory on
 //! another volume, is an error that names the cause and the fixes.
+//!
+//! A crate of its own: the supervisor owns conversations and decides when a copy is
+//! made or removed; how a copy is made, checked and taken apart without following an
+//! agent's links is this crate's one concept, tested (and benchmarked on a loopback
+//! btrfs) without building the daemon.
 
 mod preflight;
+mod remove;
 mod tree;
 mod worktree_git;
 
@@ -18,7 +24,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use preflight::{check_reflink, filesystem_name};
-pub use tree::{CloneMode, TreeEvent, TreeStats, clone_tree, give_top, give_tree, remove_tree};
+pub use remove::remove_tree;
+pub use tree::{CloneMode, TreeEvent, TreeStats, clone_tree, give_top, give_tree};
 pub use worktree_git::{add_worktree, remove_worktree, undo_worktree, worktree_git_dir};
 
 mod verify;
@@ -45,14 +52,19 @@ impl Backend {
     }
 }
 
+/// A backend name that is none of the three.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown worktree backend {0:?} (expected reflink, copy or git-worktree)")]
+pub struct UnknownBackend(pub String);
+
 impl FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
         match s {
             "" | "reflink" => Ok(Self::Reflink),
             "copy" => Ok(Self::Copy),
             "git-worktree" => Ok(Self::GitWorktree),
-            other => Err(format!("unknown worktree backend {other:?} (expected reflink, copy or git-worktree)")),
+            other => Err(UnknownBackend(other.chars().take(64).collect())),
         }
     }
 }
@@ -78,7 +90,8 @@ pub enum WorktreeError {
 }
 
 impl WorktreeError {
-    pub(crate) fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Self + 'a {
+    /// Maps an I/O error to one that names what was done to which path.
+    pub fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Self + 'a {
         move |source| Self::Io { action, path: path.to_owned(), source }
     }
 }

@@ -15,15 +15,15 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use nix::dir::{Dir, Type};
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
-use nix::sys::stat::{FileStat, Mode, SFlag, UtimensatFlags, fchmod, fstat, fstatat, mkdirat, utimensat};
+use nix::sys::stat::{FileStat, Mode, SFlag, UtimensatFlags, fstat, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
-use nix::unistd::{Gid, Uid, UnlinkatFlags, fchownat, symlinkat, unlinkat};
+use nix::unistd::{Gid, Uid, fchownat, symlinkat};
 
 use super::WorktreeError;
 
@@ -60,7 +60,8 @@ const PROGRESS_EVERY: u64 = 256;
 /// Deeper than this is a loop or an attack, not a checkout.
 const MAX_DEPTH: usize = 1024;
 
-const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
+pub(crate) const DIR_FLAGS: OFlag =
+    OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
 
 /// Clones `source` into `target`, which must not exist yet (its parent must).
 /// On error, `target` is left for the caller to remove.
@@ -292,7 +293,7 @@ impl Walk<'_> {
     }
 }
 
-fn file_kind(mode: u32) -> SFlag {
+pub(crate) fn file_kind(mode: u32) -> SFlag {
     SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits())
 }
 
@@ -304,7 +305,7 @@ fn too_deep(path: &Path) -> WorktreeError {
     }
 }
 
-fn open_dir_path(path: &Path) -> Result<OwnedFd, WorktreeError> {
+pub(crate) fn open_dir_path(path: &Path) -> Result<OwnedFd, WorktreeError> {
     let dir = OpenOptions::new()
         .read(true)
         .custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits())
@@ -504,101 +505,15 @@ pub fn give_tree(dir: &OwnedFd, name: &OsStr, user: ServiceUser, depth: usize) -
     Ok(())
 }
 
-/// Removes a tree we made. Every step is relative to an open directory and never
-/// follows a link, so nothing outside the tree is touched even if a link is planted or
-/// swapped in; directories an agent made unreadable (`chmod 000`) are opened up first.
-/// Any depth: a directory deeper than [`REMOVE_DEPTH`] below the top is moved up to the
-/// top (a rename within the tree) and removed in a later pass, so no more than that
-/// many directories are ever open at once, however deep an agent nested them.
-pub fn remove_tree(path: &Path) -> std::io::Result<()> {
-    let meta = match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(meta) => meta,
-    };
-    if !meta.is_dir() {
-        return fs::remove_file(path);
-    }
-    let parent = path.parent().unwrap_or(Path::new("/"));
-    let name = path.file_name().ok_or_else(|| std::io::Error::other("cannot remove a root"))?;
-    let parent_fd = open_dir_path(parent).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let top = open_to_remove(&parent_fd, OsStr::new(name), meta.mode())?;
-    let mut moved_up = 0u64;
-    // Each pass empties the top down to REMOVE_DEPTH; what lay deeper now waits at the
-    // top. A pass that leaves the top as it found it would loop forever: an error.
-    loop {
-        let before = names_in(&top)?;
-        if before.is_empty() {
-            break;
-        }
-        for entry in &before {
-            remove_below(&top, &top, entry, 1, &mut moved_up)?;
-        }
-        if names_in(&top)? == before {
-            return Err(std::io::Error::other(format!("{} cannot be emptied", path.display())));
-        }
-    }
-    Ok(unlinkat(&parent_fd, name, UnlinkatFlags::RemoveDir)?)
-}
-
-/// How deep below the top a removal descends before moving what is deeper up.
-const REMOVE_DEPTH: usize = 64;
-
-/// Removes `name` inside `dir` (`depth` below `top`): a directory's contents first,
-/// never following a link; a directory at [`REMOVE_DEPTH`] is moved to `top` instead.
-fn remove_below(top: &OwnedFd, dir: &OwnedFd, name: &OsStr, depth: usize, moved_up: &mut u64) -> std::io::Result<()> {
-    let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
-    if file_kind(st.st_mode) != SFlag::S_IFDIR {
-        return Ok(unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)?);
-    }
-    if depth >= REMOVE_DEPTH {
-        return move_to_top(top, dir, name, moved_up);
-    }
-    let child = open_to_remove(dir, name, st.st_mode)?;
-    for entry in names_in(&child)? {
-        remove_below(top, &child, &entry, depth + 1, moved_up)?;
-    }
-    Ok(unlinkat(dir, name, UnlinkatFlags::RemoveDir)?)
-}
-
-/// Opens a directory of the tree for removal. Our own tree: we may open up what an
-/// agent closed, and only that entry itself (never what a link swapped in points at).
-fn open_to_remove(dir: &OwnedFd, name: &OsStr, mode: u32) -> std::io::Result<OwnedFd> {
-    let child = match openat(dir, name, DIR_FLAGS, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(nix::Error::EACCES) => {
-            nix::sys::stat::fchmodat(dir, name, Mode::S_IRWXU, nix::sys::stat::FchmodatFlags::NoFollowSymlink)?;
-            openat(dir, name, DIR_FLAGS, Mode::empty())?
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if mode & 0o700 != 0o700 {
-        fchmod(&child, Mode::from_bits_truncate((mode | 0o700) & 0o7777))?;
-    }
-    Ok(child)
-}
-
-/// Renames a deep directory to a fresh name at the top of the tree being removed.
-fn move_to_top(top: &OwnedFd, dir: &OwnedFd, name: &OsStr, moved_up: &mut u64) -> std::io::Result<()> {
-    loop {
-        *moved_up += 1;
-        let fresh = format!(".cc-deeper-{moved_up}");
-        match nix::fcntl::renameat(dir, name, top, fresh.as_str()) {
-            Ok(()) => return Ok(()),
-            // Taken by something of the tree itself: the next name.
-            Err(nix::Error::EEXIST | nix::Error::ENOTEMPTY | nix::Error::ENOTDIR | nix::Error::EISDIR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
+pub(crate) fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
     Ok(cc_host::beneath::names(dir)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remove_tree;
+    use std::os::unix::fs::MetadataExt;
 
     fn sample_tree(root: &Path) {
         fs::create_dir_all(root.join("src/deep/er")).unwrap();
@@ -683,50 +598,6 @@ mod tests {
 
     /// Issue 16, item 5: any depth, by handle, with at most REMOVE_DEPTH directories
     /// open at once.
-    #[test]
-    fn remove_tree_removes_a_tree_of_any_depth() {
-        let tmp = tempfile::tempdir().unwrap();
-        let tree = tmp.path().join("tree");
-        fs::create_dir(&tree).unwrap();
-        let mut dir = open_dir_path(&tree).unwrap();
-        for level in 0..2_000 {
-            mkdirat(&dir, "d", Mode::S_IRWXU).unwrap();
-            if level % 500 == 0 {
-                fs::write(format!("/proc/self/fd/{}/f", std::os::fd::AsRawFd::as_raw_fd(&dir)), "x").unwrap();
-            }
-            dir = openat(&dir, "d", DIR_FLAGS, Mode::empty()).unwrap();
-        }
-        drop(dir);
-        remove_tree(&tree).unwrap();
-        assert!(!tree.exists());
-    }
-
-    #[test]
-    fn remove_tree_does_not_follow_links_out() {
-        let tmp = tempfile::tempdir().unwrap();
-        let outside = tmp.path().join("outside");
-        fs::create_dir(&outside).unwrap();
-        fs::write(outside.join("precious"), "keep").unwrap();
-        let tree = tmp.path().join("tree");
-        fs::create_dir(&tree).unwrap();
-        std::os::unix::fs::symlink(&outside, tree.join("link")).unwrap();
-        remove_tree(&tree).unwrap();
-        assert_eq!(fs::read_to_string(outside.join("precious")).unwrap(), "keep");
-    }
-
-    #[test]
-    fn remove_tree_opens_up_what_an_agent_closed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let tree = tmp.path().join("tree");
-        fs::create_dir_all(tree.join("a/b/c")).unwrap();
-        fs::write(tree.join("a/b/c/f"), "x").unwrap();
-        for dir in ["a/b/c", "a/b", "a"] {
-            fs::set_permissions(tree.join(dir), fs::Permissions::from_mode(0o000)).unwrap();
-        }
-        remove_tree(&tree).unwrap();
-        assert!(!tree.exists());
-    }
-
     #[test]
     fn umask_is_read_without_changing_it() {
         let before = current_umask();
