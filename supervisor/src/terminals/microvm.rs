@@ -11,9 +11,9 @@ use cc_proto::sandboxd::v1::exec_vm_request::Input;
 use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
 use tokio::sync::{mpsc, oneshot};
 
-use super::session::{Control, Exit, Forward, Forwarded, Hosted, Inputs, Size, forward};
 use crate::ids::ConversationId;
 use crate::rigs::{Rig, RigError, RigManager};
+use cc_terminal::session::{Control, Exit, Forward, Forwarded, Hosted, Inputs, Size, forward};
 
 /// The default command: busybox's shell, the guest's only one.
 pub fn default_command() -> Vec<String> {

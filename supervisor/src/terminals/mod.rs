@@ -1,21 +1,20 @@
 //! Terminals the supervisor hosts (`cc.supervisor.v1.Terminals`, `ccctl terminal`):
 //! a command on a pseudo-terminal that outlives its clients, as a tmux session does.
 //!
-//! * [`session`]: scrollback, attached clients, flow control; the same for every
-//!   backend;
-//! * [`host`]: a login shell on the host, unsandboxed (the default);
+//! * [`cc_terminal::session`]: scrollback, attached clients, flow control; the same
+//!   for every backend;
+//! * [`cc_terminal::host`]: a login shell on the host, unsandboxed (the default);
 //! * [`native`]: a shell in a run's harness_bash envelope;
+//! * [`microvm`]: a shell in a rig's microVM;
 //! * [`service`]: the RPC edge.
 //!
 //! Terminals live in the supervisor's memory: like tmux's sessions with their server,
 //! they end when the supervisor does (its stop hangs each up; a SIGKILL closes their
 //! terminals, which hangs them up too).
 
-pub mod host;
 pub mod microvm;
 pub mod native;
 pub mod service;
-pub mod session;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,7 +31,8 @@ use crate::conversations::{ConversationError, Conversations};
 use crate::events::EventLog;
 use crate::ids::{ConversationId, RunId, TerminalId};
 use crate::runs::{RunError, RunManager};
-use session::{Exit, Session, Size};
+use cc_terminal::host;
+use cc_terminal::session::{self, Exit, Session, Size};
 
 /// Which backend hosts a terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,9 +19,9 @@ use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::StreamExt;
 
-use super::session::{Control, Exit, Forward, Forwarded, Hosted, Inputs, Size, forward};
 use crate::ids::{ConversationId, RunId};
 use crate::runs::{LiveRun, RunError, RunManager, StartRequest};
+use cc_terminal::session::{Control, Exit, Forward, Forwarded, Hosted, Inputs, Size, forward};
 
 /// What to start.
 pub struct Spec {

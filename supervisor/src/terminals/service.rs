@@ -15,9 +15,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use super::session::{Attachment, Control, Exit, Out, Size};
 use super::{Backend, CreateRequest, Terminal, TerminalManager};
 use crate::ids::ConversationId;
+use cc_terminal::session::{Attachment, Control, Exit, Out, Size};
 
 /// How long a client may take to say which terminal it attaches to.
 const START_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
@@ -229,7 +229,7 @@ impl Terminals for TerminalsService {
         let attachment = terminal.session.attach().ok_or_else(|| {
             Status::resource_exhausted(format!(
                 "{} clients are attached to {} already, the most at once; detach one",
-                super::session::MAX_CLIENTS,
+                cc_terminal::session::MAX_CLIENTS,
                 terminal.name()
             ))
         })?;

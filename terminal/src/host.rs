@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::session::{Control, Exit, Hosted, Inputs, Size};
+use crate::session::{Control, Exit, Hosted, Inputs, Size};
 
 /// How long a command may take to go after SIGHUP before it is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(3);
