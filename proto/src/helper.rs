@@ -25,6 +25,33 @@ use crate::common::v1::HelperStatus;
 use crate::hardening::{self, CapabilityPolicy};
 use crate::{logging, socket};
 
+/// The helpers the supervisor runs; their names are shared by the API, the
+/// supervisor's configuration, events and the binaries (`cc-NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HelperKind {
+    Sandboxd,
+    Broker,
+    Gateway,
+}
+
+impl HelperKind {
+    /// In start order (stopped in reverse).
+    pub const ALL: [HelperKind; 3] = [HelperKind::Sandboxd, HelperKind::Broker, HelperKind::Gateway];
+
+    /// Its name: in the API, the config (`[helpers.NAME]`), events, and `cc-NAME`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HelperKind::Sandboxd => "sandboxd",
+            HelperKind::Broker => "broker",
+            HelperKind::Gateway => "gateway",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<HelperKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// What a helper writes on stdout once it is non-dumpable and waits for its bootstrap.
 pub const HELLO_LINE: &str = "HELLO";
 /// What a helper writes on stdout once its socket serves.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::config::RestartPolicy;
+use cc_config::RestartPolicy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextStart {

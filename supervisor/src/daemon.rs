@@ -29,7 +29,6 @@ use tonic::transport::Server;
 
 use crate::api::SupervisorApi;
 use crate::channels::HelperChannels;
-use crate::config::ConfigError;
 use crate::conversations::Conversations;
 use crate::events::EventLog;
 use crate::gate::service::GateService;
@@ -44,6 +43,7 @@ use crate::runs::{RunEnv, RunManager};
 use crate::sd_notify;
 use crate::store::{Store, StoreError};
 use crate::terminals::service::TerminalsService;
+use cc_config::ConfigError;
 use cc_host::cgroup::Enforcement;
 use cc_host::probe::{self, Backend, SandboxChoice};
 
@@ -255,8 +255,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         gate: gate.clone(),
         channels: channels.clone(),
         runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
-        config: std::sync::RwLock::new(Arc::new(crate::config::RunsConfig {
-            claude_code: crate::config::ClaudeCodeConfig {
+        config: std::sync::RwLock::new(Arc::new(cc_config::RunsConfig {
+            claude_code: cc_config::ClaudeCodeConfig {
                 model_key: config.credentials.as_ref().is_some_and(|c| c.0.contains_key("model")),
                 ..config.runs.claude_code.clone()
             },

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::channels::HelperChannels;
-use crate::config::Deadlines;
 use crate::events::EventLog;
 use crate::helpers::Helper;
+use cc_config::Deadlines;
 use cc_proto::supervisor::v1::HelperState;
 
 /// Starts one checking task per helper; they end with the runtime.

@@ -21,35 +21,11 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backoff::{Backoff, NextStart};
-use crate::config::RestartPolicy;
 use crate::events::EventLog;
+use cc_config::RestartPolicy;
 use cc_host::ServiceUser;
 
-/// The helpers the supervisor runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HelperKind {
-    Sandboxd,
-    Broker,
-    Gateway,
-}
-
-impl HelperKind {
-    /// In start order (stopped in reverse).
-    pub const ALL: [HelperKind; 3] = [HelperKind::Sandboxd, HelperKind::Broker, HelperKind::Gateway];
-
-    /// Its name: in the API, the config (`[helpers.NAME]`), events, and `cc-NAME`.
-    pub fn name(self) -> &'static str {
-        match self {
-            HelperKind::Sandboxd => "sandboxd",
-            HelperKind::Broker => "broker",
-            HelperKind::Gateway => "gateway",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<HelperKind> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
-    }
-}
+pub use cc_proto::helper::HelperKind;
 
 /// How long a helper-protocol process may take to say READY, and the grace it gets
 /// between SIGTERM and SIGKILL when it is stopped.

@@ -10,7 +10,6 @@ pub mod api;
 pub mod backoff;
 pub mod channels;
 pub mod cli;
-pub mod config;
 pub mod conversations;
 pub mod convert;
 pub mod daemon;

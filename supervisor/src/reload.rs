@@ -16,10 +16,10 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::config::{Config, ConfigError};
 use crate::events::EventLog;
 use crate::gate::{Gate, GateError, Rules};
 use crate::runs::RunManager;
+use cc_config::{Config, ConfigError};
 
 /// What a live run holds from its start, whatever the configuration says later.
 pub const FIXED_FOR_LIVE_RUNS: &[&str] = &[
@@ -159,7 +159,7 @@ impl Reloader {
         in_force.runs = new.runs;
         // The proxies' handshake timeout is the gateway's, given at its start.
         in_force.egress =
-            crate::config::EgressConfig { handshake_timeout_ms: in_force.egress.handshake_timeout_ms, ..new.egress };
+            cc_config::EgressConfig { handshake_timeout_ms: in_force.egress.handshake_timeout_ms, ..new.egress };
         Ok(Reloaded {
             config_file: file,
             rules_files,
@@ -189,9 +189,8 @@ fn compare(old: &Config, new: &Config, rules_differ: bool) -> Changes {
     };
     now(rules_differ || old.gate.rules != new.gate.rules || old.gate.workspaces != new.gate.workspaces, "[gate] rules");
     now(old.runs != new.runs, "[runs]");
-    let egress_now = |e: &crate::config::EgressConfig| {
-        (e.registries.clone(), e.allow.clone(), e.telemetry.clone(), e.resolve.clone())
-    };
+    let egress_now =
+        |e: &cc_config::EgressConfig| (e.registries.clone(), e.allow.clone(), e.telemetry.clone(), e.resolve.clone());
     now(egress_now(&old.egress) != egress_now(&new.egress), "[egress]");
     let later: [(bool, &'static str); 10] = [
         (old.gate.approval_timeout_ms != new.gate.approval_timeout_ms, "[gate] approval_timeout_ms"),

@@ -11,7 +11,7 @@ use serde_json::Value;
 /// Every key of config.toml: the supervisor's, with `[credentials]` read from the
 /// broker's types (the supervisor only hands that table over).
 fn code_keys() -> BTreeMap<String, Option<Value>> {
-    let supervisor = serde_json::to_value(schemars::schema_for!(cc_supervisor::config::Config)).unwrap();
+    let supervisor = serde_json::to_value(schemars::schema_for!(cc_config::Config)).unwrap();
     let credentials = serde_json::to_value(schemars::schema_for!(cc_broker::config::CredentialsConfig)).unwrap();
     let mut keys = schema_keys(&supervisor).unwrap();
     assert!(keys.remove("credentials").is_some(), "the supervisor's schema lost its [credentials] table");
@@ -42,7 +42,7 @@ fn every_toml_example_in_the_reference_is_a_valid_configuration() {
         if block.body.trim_start().starts_with("# rules.toml") {
             continue;
         }
-        if let Err(e) = cc_supervisor::config::Config::parse(&block.body) {
+        if let Err(e) = cc_config::Config::parse(&block.body) {
             panic!("docs/reference/config.md line {}: the example is not a valid config.toml: {e}", block.line);
         }
     }

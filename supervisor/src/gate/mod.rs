@@ -18,8 +18,8 @@ use serde_json::json;
 
 pub use approvals::{Approvals, Outcome};
 
-use crate::config::{ConfigError, GateConfig, read_trusted};
 use crate::events::EventLog;
+use cc_config::{ConfigError, GateConfig, read_trusted};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {

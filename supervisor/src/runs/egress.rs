@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use cc_proto::gateway::v1 as gw;
 
-use crate::config::EgressConfig;
+use cc_config::EgressConfig;
 
 /// The HTTP proxy's loopback port inside a run's envelopes.
 pub const HTTP_PROXY_PORT: u16 = 41080;

@@ -25,7 +25,7 @@ pub mod git_gateway;
 mod gitconfig;
 pub mod hook;
 mod lifecycle;
-pub mod limits;
+pub use cc_config::limits;
 pub mod product_tools;
 pub mod prompt;
 pub mod record;
@@ -51,7 +51,6 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::channels::HelperChannels;
-use crate::config::RunsConfig;
 use crate::conversations::{Conversations, RunPaths};
 use crate::convert::path_bytes;
 use crate::events::EventLog;
@@ -60,6 +59,7 @@ use crate::helpers::{HelperKind, ProcessTimeouts};
 use crate::ids::{ConversationId, RunId};
 use crate::paths::DataDir;
 use crate::store::Store;
+use cc_config::RunsConfig;
 use cc_host::cgroup::{Enforcement, RunCgroup};
 use cc_proto::common::v1::Adapter;
 pub use error::RunError;
@@ -246,9 +246,9 @@ pub struct RunEnv {
     pub config: std::sync::RwLock<Arc<RunsConfig>>,
     /// How run limits are enforced on this host.
     pub enforcement: Arc<Enforcement>,
-    pub deadlines: crate::config::Deadlines,
+    pub deadlines: cc_config::Deadlines,
     /// A dead runner is started again with this backoff and budget, as helpers are.
-    pub restart: crate::config::RestartPolicy,
+    pub restart: cc_config::RestartPolicy,
     pub log_format: LogFormat,
     /// For the runner's handshake and its stop.
     pub timeouts: ProcessTimeouts,
@@ -256,7 +256,7 @@ pub struct RunEnv {
     pub enveloped: bool,
     /// The configuration's part of runs' network allowlists (`[egress]`): replaced
     /// whole by a reload; a live run keeps the allowlist it started with.
-    pub egress: std::sync::RwLock<Arc<crate::config::EgressConfig>>,
+    pub egress: std::sync::RwLock<Arc<cc_config::EgressConfig>>,
 }
 
 pub struct RunManager {
@@ -472,13 +472,13 @@ impl RunManager {
     }
 
     /// `[egress]` as in force now: what new runs' allowlists are made of.
-    pub fn egress(&self) -> Arc<crate::config::EgressConfig> {
+    pub fn egress(&self) -> Arc<cc_config::EgressConfig> {
         self.env.egress.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Puts a reloaded `[runs]` and `[egress]` in force. The model key is the
     /// broker's, read at start: a reload keeps what the broker was given.
-    pub fn replace_settings(&self, mut runs: RunsConfig, egress: crate::config::EgressConfig) {
+    pub fn replace_settings(&self, mut runs: RunsConfig, egress: cc_config::EgressConfig) {
         runs.claude_code.model_key = self.config().claude_code.model_key;
         *self.env.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(runs);
         *self.env.egress.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(egress);
@@ -501,7 +501,7 @@ impl RunManager {
         &self.env.enforcement
     }
 
-    pub fn deadlines(&self) -> &crate::config::Deadlines {
+    pub fn deadlines(&self) -> &cc_config::Deadlines {
         &self.env.deadlines
     }
 

@@ -26,11 +26,11 @@ use cc_proto::reasons;
 use serde_json::json;
 use tonic::{Code, Status};
 
-use crate::config::TerminalsConfig;
 use crate::conversations::{ConversationError, Conversations};
 use crate::events::EventLog;
 use crate::ids::{ConversationId, RunId, TerminalId};
 use crate::runs::{RunError, RunManager};
+use cc_config::TerminalsConfig;
 use cc_terminal::host;
 use cc_terminal::session::{self, Exit, Session, Size};
 

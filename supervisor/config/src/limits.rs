@@ -4,7 +4,7 @@
 use cc_host::cgroup;
 use cc_proto::supervisor::v1 as pb;
 
-use crate::config::LimitsConfig;
+use crate::LimitsConfig;
 
 const MIB: u64 = 1 << 20;
 
@@ -32,7 +32,7 @@ impl RunLimits {
     }
 
     /// These limits with a start's overrides, checked.
-    pub fn overridden(self, by: Option<&pb::RunLimits>) -> Result<Self, String> {
+    pub fn overridden(self, by: Option<&pb::RunLimits>) -> Result<Self, crate::Invalid> {
         let Some(by) = by else { return Ok(self) };
         let limits = Self {
             pids_max: by.pids_max.unwrap_or(self.pids_max),
@@ -68,7 +68,11 @@ impl RunLimits {
 }
 
 /// Limits under which a run cannot even start its runner are refused, not applied.
-pub fn check(l: &RunLimits) -> Result<(), String> {
+pub fn check(l: &RunLimits) -> Result<(), crate::Invalid> {
+    why_unusable(l).map_err(crate::Invalid)
+}
+
+fn why_unusable(l: &RunLimits) -> Result<(), String> {
     if l.pids_max < 32 {
         return Err(format!("pids_max {} is below 32, too few for the run's runner and a shell", l.pids_max));
     }
@@ -129,9 +133,9 @@ mod tests {
         let l = base.overridden(Some(&by)).unwrap();
         assert_eq!((l.pids_max, l.memory_max_bytes), (100, base.memory_max_bytes));
         let too_few = pb::RunLimits { pids_max: Some(3), ..Default::default() };
-        assert!(base.overridden(Some(&too_few)).unwrap_err().contains("pids_max 3"));
+        assert!(base.overridden(Some(&too_few)).unwrap_err().0.contains("pids_max 3"));
         let no_memory = pb::RunLimits { memory_max_bytes: Some(1), ..Default::default() };
-        assert!(base.overridden(Some(&no_memory)).unwrap_err().contains("memory_max"));
+        assert!(base.overridden(Some(&no_memory)).unwrap_err().0.contains("memory_max"));
         assert_eq!(base.overridden(None).unwrap(), base);
     }
 

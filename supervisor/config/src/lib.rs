@@ -1,6 +1,10 @@
 //! The supervisor's configuration file (TOML). Every key is known: a typo is an error
 //! at load, never a silent default.
 //!
+//! A crate of its own: the types, their defaults and their checks are pure, and the
+//! package's reference check (`cc-package`) reads their schema without linking the
+//! daemon.
+//!
 //! ```toml
 //! [restart]
 //! initial_backoff_ms = 100    # first delay after a helper exits
@@ -67,7 +71,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::helpers::HelperKind;
+use cc_proto::helper::HelperKind;
+
+pub mod limits;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -76,6 +82,11 @@ pub enum ConfigError {
     #[error("invalid config {path}: {message}")]
     Invalid { path: PathBuf, message: String },
 }
+
+/// What is wrong with a configuration's text, in one line that names the key.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct Invalid(pub String);
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
@@ -474,11 +485,15 @@ impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         // The file names programs we run: only we (or root) may be able to change it.
         let text = read_trusted(path)?;
-        Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+        Self::parse(&text).map_err(|Invalid(message)| ConfigError::Invalid { path: path.to_owned(), message })
     }
 
     /// Parses and validates; the error is one line and names the place.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, Invalid> {
+        Self::checked(text).map_err(Invalid)
+    }
+
+    fn checked(text: &str) -> Result<Self, String> {
         let config: Config = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
         if let Some(unknown) = config.helpers.keys().find(|name| HelperKind::from_name(name).is_none()) {
             let known: Vec<&str> = HelperKind::ALL.iter().map(|k| k.name()).collect();
@@ -511,8 +526,7 @@ impl Config {
         if let Some(bad) = runs.path.iter().find(|p| !p.is_absolute() || p.to_str().is_none_or(|s| s.contains(':'))) {
             return Err(format!("[runs]: path entry {:?} must be an absolute UTF-8 path without ':'", bad.display()));
         }
-        crate::runs::limits::check(&crate::runs::limits::RunLimits::from_config(&runs.limits))
-            .map_err(|e| format!("[runs.limits]: {e}"))?;
+        limits::check(&limits::RunLimits::from_config(&runs.limits)).map_err(|e| format!("[runs.limits]: {e}"))?;
         if runs.bash_output_cap_bytes == 0 {
             return Err("[runs]: bash_output_cap_bytes must be positive".into());
         }
@@ -611,7 +625,7 @@ mod tests {
             ("[runs]\ngithub_api_url = \"\"\n", "github_api_url"),
             ("[runs.claude_code]\nmodel_key = true\n", "model_key"),
         ] {
-            let err = Config::parse(text).unwrap_err();
+            let Invalid(err) = Config::parse(text).unwrap_err();
             assert!(err.contains(needle), "{text:?} → {err}");
             assert!(!err.contains('\n'), "multi-line error: {err}");
         }
