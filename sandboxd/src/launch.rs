@@ -1,17 +1,15 @@
-//! Registered runs and launches: the only place a process that runs agent code starts.
+//! Launches: the only place a process that runs agent code starts.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cc_proto::common::v1::{EnvelopeKind, SandboxBackend};
 use cc_proto::sandboxd::v1 as pb;
-use cc_proto::sandboxd::v1::launch_response::Event;
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -20,100 +18,18 @@ use crate::bwrap::{self, BwrapCommand, Kind};
 use crate::error::LaunchError;
 use crate::policy::RunPolicy;
 use crate::probe::{Backend, ProbeResult};
+use crate::report::{self, Process, Report};
+pub use crate::runs::Runs;
 #[cfg(not(target_os = "macos"))]
 use crate::system::SystemView;
-use crate::violations::{Deduplicator, scan_line};
 use crate::warm::{Warm, WarmKey};
 use crate::{environment, protect, spawn, terminal};
 use cc_host::ServiceUser;
 
 /// At most this much argv, in bytes.
 const MAX_ARGV_BYTES: usize = 1 << 20;
-/// Violation reports per launch, at most.
-const MAX_VIOLATIONS: usize = 64;
 /// How long a launch waits for the envelope being made for it before making its own.
 const WARM_WAIT: Duration = Duration::from_secs(5);
-
-#[derive(Default)]
-pub struct Runs {
-    inner: Mutex<HashMap<String, RunEntry>>,
-}
-
-struct RunEntry {
-    policy: Arc<RunPolicy>,
-    /// Process-group leaders of the run's live launches.
-    groups: HashSet<u32>,
-    /// The envelope for the run's next launch of each kind ([`crate::warm`]), once
-    /// it is made: a launch that comes while it is being made waits for it.
-    warm: HashMap<Kind, oneshot::Receiver<Warm>>,
-}
-
-impl Runs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunEntry>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Registers or replaces a run's policy; its live processes keep running, the
-    /// envelopes made for the policy it replaces are killed unused.
-    pub fn register(&self, policy: RunPolicy) {
-        let mut runs = self.lock();
-        let groups = runs.remove(&policy.run_id).map(|e| e.groups).unwrap_or_default();
-        runs.insert(policy.run_id.clone(), RunEntry { policy: Arc::new(policy), groups, warm: HashMap::new() });
-    }
-
-    pub fn policy(&self, run_id: &str) -> Option<Arc<RunPolicy>> {
-        self.lock().get(run_id).map(|e| e.policy.clone())
-    }
-
-    /// Kills every live process of the run and forgets it; `None` for an unknown run.
-    /// The count is of launches: a waiting envelope is killed too, but ran nothing.
-    pub fn unregister(&self, run_id: &str) -> Option<u32> {
-        let entry = self.lock().remove(run_id)?;
-        for group in &entry.groups {
-            kill_group(*group);
-        }
-        Some(entry.groups.len() as u32)
-    }
-
-    fn take_warm(&self, run_id: &str, kind: Kind) -> Option<oneshot::Receiver<Warm>> {
-        self.lock().get_mut(run_id)?.warm.remove(&kind)
-    }
-
-    /// Where the envelope for the run's next launch of `kind` will be sent. Dropped
-    /// (and what is sent through it killed) if the run no longer has `policy`, when
-    /// it is registered again or ends, and when a newer one replaces it.
-    fn expect_warm(&self, run_id: &str, policy: &Arc<RunPolicy>, kind: Kind) -> oneshot::Sender<Warm> {
-        let (sender, receiver) = oneshot::channel();
-        if let Some(entry) = self.lock().get_mut(run_id).filter(|e| Arc::ptr_eq(&e.policy, policy)) {
-            entry.warm.insert(kind, receiver);
-        }
-        sender
-    }
-
-    /// Counts `group` as one of the run's launches; kills it when the run is gone.
-    fn add_or_refuse(&self, run_id: &str, group: u32) -> Result<(), LaunchError> {
-        if let Some(e) = self.lock().get_mut(run_id) {
-            e.groups.insert(group);
-            return Ok(());
-        }
-        kill_group(group);
-        Err(LaunchError::RunEnded(run_id.to_owned()))
-    }
-
-    fn remove(&self, run_id: &str, group: u32) {
-        if let Some(e) = self.lock().get_mut(run_id) {
-            e.groups.remove(&group);
-        }
-    }
-}
-
-pub(crate) fn kill_group(group: u32) {
-    // killpg(0) and killpg(1) would reach sandboxd's own group and every process.
-    if group <= 1 {
-        return;
-    }
-    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group as i32), nix::sys::signal::Signal::SIGKILL);
-}
 
 pub struct Launcher {
     probe: ProbeResult,
@@ -139,6 +55,46 @@ enum Wrapping {
     #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
     SandboxExec(Vec<OsString>),
     Unwrapped,
+}
+
+impl Wrapping {
+    /// The envelope a launch in this wrapping reports.
+    fn backend(&self) -> SandboxBackend {
+        match self {
+            Wrapping::Unwrapped => SandboxBackend::None,
+            Wrapping::Bubblewrap(..) | Wrapping::SandboxExec(_) => SandboxBackend::Native,
+        }
+    }
+}
+
+/// How the caller talks to a launch's process: the other half of how it starts.
+enum Io {
+    /// No input; it may be served by an envelope made ahead ([`crate::warm`]).
+    Batch,
+    /// Its stdin is what the caller sends, closed when the caller's stream ends.
+    Piped(mpsc::Receiver<terminal::Input>),
+    /// A pseudo-terminal: the caller types into it, resizes it and signals its
+    /// foreground job.
+    Terminal(pb::PtySize, mpsc::Receiver<terminal::Input>),
+}
+
+impl Io {
+    /// What `request` asks for, refused where it cannot be had.
+    fn asked(request: &pb::LaunchRequest, stdin: Option<mpsc::Receiver<terminal::Input>>) -> Result<Io, LaunchError> {
+        if request.kind == EnvelopeKind::Runner as i32 {
+            return Err(LaunchError::BadRequest(
+                "the runner kind is not launched: the supervisor starts it from GetRunnerEnvelope".to_owned(),
+            ));
+        }
+        match (request.pty, stdin) {
+            (None, None) => Ok(Io::Batch),
+            (None, Some(input)) => Ok(Io::Piped(input)),
+            (Some(size), Some(input)) if request.host.is_none() => Ok(Io::Terminal(size, input)),
+            (Some(_), _) => Err(LaunchError::BadRequest(
+                "a terminal is launched interactively, in an envelope (LaunchInteractive, no host launch)".to_owned(),
+            )),
+        }
+    }
 }
 
 /// Everything a launch or an explanation is computed from.
@@ -358,237 +314,170 @@ impl Launcher {
 
     /// Launches `request`; with `stdin`, the process's standard input is what comes
     /// on it, closed when it ends (and, on a terminal, its resizes and signals).
+    ///
+    /// One straight sequence: what the caller asked for, the run's envelope for it
+    /// (computed off the runtime's threads: it reads the disk), the process, then the
+    /// task that reports its output and exit. How the process starts is the one place
+    /// the wrapping and the caller's way of talking to it meet ([`Launcher::start`]).
     pub async fn launch(
         self: Arc<Self>,
         request: pb::LaunchRequest,
-        mut stdin: Option<mpsc::Receiver<terminal::Input>>,
+        stdin: Option<mpsc::Receiver<terminal::Input>>,
     ) -> Result<ReceiverStream<Result<pb::LaunchResponse, Status>>, LaunchError> {
-        if request.kind == EnvelopeKind::Runner as i32 {
-            return Err(LaunchError::BadRequest(
-                "the runner kind is not launched: the supervisor starts it from GetRunnerEnvelope".to_owned(),
-            ));
-        }
-        if request.pty.is_some() && (stdin.is_none() || request.host.is_some()) {
-            return Err(LaunchError::BadRequest(
-                "a terminal is launched interactively, in an envelope (LaunchInteractive, no host launch)".to_owned(),
-            ));
-        }
+        let io = Io::asked(&request, stdin)?;
         let (p, wrapping) = {
             let this = self.clone();
-            let r = request.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut p = this.prepare(&r.run_id, r.kind, &r.argv)?;
-                let policy_names: Vec<&str> = p.policy.env.keys().map(String::as_str).collect();
-                environment::add_requested(
-                    &mut p.env,
-                    r.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                    &policy_names,
-                );
-                // An adapter that runs its agent on the host on purpose: no envelope, and
-                // the environment it gives, unsanitized.
-                if let Some(host) = r.host {
-                    p.env = host.env.into_iter().collect();
-                    return Ok::<_, LaunchError>((p, Wrapping::Unwrapped));
-                }
-                let wrapping = this.wrapping(&p)?;
-                Ok::<_, LaunchError>((p, wrapping))
-            })
-            .await
-            .map_err(|e| LaunchError::Internal(e.to_string()))??
+            let request = request.clone();
+            tokio::task::spawn_blocking(move || this.prepare_launch(&request))
+                .await
+                .map_err(|e| LaunchError::Internal(e.to_string()))??
         };
-        let run_id = request.run_id.clone();
-        let bubblewrap = matches!(wrapping, Wrapping::Bubblewrap(..));
-        let native = !matches!(wrapping, Wrapping::Unwrapped);
-        // A launch is counted as the run's as soon as its process exists, so that an
-        // unregistration from then on kills it; one served ahead is counted before its
-        // command is given.
-        let interactive = stdin.is_some();
-        // A terminal's master, kept here; its slave goes to the envelope.
-        let mut master = None;
-        let (mut child, group, input) = match wrapping {
-            Wrapping::Bubblewrap(envelope, _, bound) if let Some(size) = &request.pty => {
-                let opened = terminal::open(size, service_user(&p.policy))?;
-                let command = spawn::Command::Terminal(&envelope.command, opened.slave);
-                let (user, cgroup) = (service_user(&p.policy), &p.policy.limits.cgroup_procs);
-                let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user, cgroup)
-                    .map_err(LaunchError::CannotStart)?;
-                self.runs.add_or_refuse(&run_id, s.group)?;
-                master = Some(opened.master);
-                (s.child, s.group, None)
+        let envelope = wrapping.backend();
+        let next = matches!(wrapping, Wrapping::Bubblewrap(..)).then(|| (self.clone(), p.policy.clone(), p.kind));
+        let process = self.start(&p, wrapping, io).await?;
+        let (tx, events) = report::channel();
+        #[cfg(target_os = "macos")]
+        let denials = (envelope == SandboxBackend::Native)
+            .then(|| self.denial_feed().map(|feed| feed.forward(process.group, tx.clone(), report::MAX_VIOLATIONS)))
+            .flatten();
+        #[cfg(not(target_os = "macos"))]
+        let denials = None;
+        let report = Report { run_id: p.policy.run_id.clone(), envelope, timeout_seconds: request.timeout_seconds };
+        report.spawn(process, self.runs.clone(), next, tx, denials);
+        Ok(events)
+    }
+
+    /// The run's policy, the launch's environment and its wrapping. An adapter that
+    /// runs its agent on the host on purpose gets no envelope, and the environment it
+    /// gives, unsanitized.
+    fn prepare_launch(&self, request: &pb::LaunchRequest) -> Result<(Prepared, Wrapping), LaunchError> {
+        let mut p = self.prepare(&request.run_id, request.kind, &request.argv)?;
+        if let Some(host) = &request.host {
+            p.env = host.env.clone().into_iter().collect();
+            return Ok((p, Wrapping::Unwrapped));
+        }
+        let policy_names: Vec<&str> = p.policy.env.keys().map(String::as_str).collect();
+        environment::add_requested(
+            &mut p.env,
+            request.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &policy_names,
+        );
+        let wrapping = self.wrapping(&p)?;
+        Ok((p, wrapping))
+    }
+
+    /// Starts the launch's process: each wrapping with each way of talking to it. A
+    /// launch is counted as the run's as soon as its process exists, so that an
+    /// unregistration from then on kills it.
+    async fn start(&self, p: &Prepared, wrapping: Wrapping, io: Io) -> Result<Process, LaunchError> {
+        match (wrapping, io) {
+            (Wrapping::Bubblewrap(envelope, _, bound), Io::Terminal(size, input)) => {
+                self.start_terminal(p, &envelope, bound, &size, input)
             }
             // A terminal needs our init, which only bubblewrap's envelope has.
-            _ if request.pty.is_some() => {
-                return Err(LaunchError::Refused(
-                    "a terminal needs the native envelope (bubblewrap), which this host does not give".to_owned(),
-                ));
+            (_, Io::Terminal(..)) => Err(LaunchError::Refused(
+                "a terminal needs the native envelope (bubblewrap), which this host does not give".to_owned(),
+            )),
+            (Wrapping::Bubblewrap(envelope, key, bound), Io::Batch) => self.start_batch(p, &envelope, key, bound).await,
+            (Wrapping::Bubblewrap(envelope, _, bound), Io::Piped(input)) => {
+                let command = spawn::Command::Interactive(&envelope.command);
+                let started = self.spawn_envelope(p, &envelope, bound, command)?;
+                feed_stdin(input, started.command_pipe);
+                Ok(Process { child: started.child, group: started.group, terminal: None })
             }
-            Wrapping::Bubblewrap(envelope, key, bound) => {
-                // An envelope made ahead reads its command on stdin: never an interactive one.
-                let warm = match self.runs.take_warm(&run_id, p.kind).filter(|_| !interactive) {
-                    Some(made) => tokio::time::timeout(WARM_WAIT, made).await.ok().and_then(Result::ok),
-                    None => None,
-                };
-                // A waiting envelope that is not this one is killed here, unused.
-                match warm.and_then(|w| w.serving(&key)) {
-                    Some(warm) => {
-                        self.runs.add_or_refuse(&run_id, warm.group())?;
-                        let (child, group) = warm.hand_off(&envelope.command);
-                        (child, group, None)
-                    }
-                    None => {
-                        let command = if interactive {
-                            spawn::Command::Interactive(&envelope.command)
-                        } else {
-                            spawn::Command::Now(&envelope.command)
-                        };
-                        let user = service_user(&p.policy);
-                        let cgroup = &p.policy.limits.cgroup_procs;
-                        let s = spawn::bubblewrap(self.program()?, &envelope, bound, command, user, cgroup)
-                            .map_err(LaunchError::CannotStart)?;
-                        self.runs.add_or_refuse(&run_id, s.group)?;
-                        (s.child, s.group, s.command_pipe)
-                    }
-                }
-            }
-            Wrapping::SandboxExec(args) => {
+            (Wrapping::SandboxExec(args), io) => {
                 let mut c = tokio::process::Command::new(self.program()?);
                 c.args(&args);
-                let (mut child, group) = self.spawn_plain(c, &p, &run_id, interactive)?;
-                let input = child.stdin.take();
-                (child, group, input)
+                self.spawn_plain(c, p, io)
             }
-            Wrapping::Unwrapped => {
+            (Wrapping::Unwrapped, io) => {
                 let mut c = tokio::process::Command::new(&p.argv[0]);
                 c.args(&p.argv[1..]);
-                let (mut child, group) = self.spawn_plain(c, &p, &run_id, interactive)?;
-                let input = child.stdin.take();
-                (child, group, input)
+                self.spawn_plain(c, p, io)
             }
-        };
-        // The caller's input, as it comes; its end closes the process's stdin.
-        if let (Some(mut feed), Some(mut input)) = (stdin.take_if(|_| master.is_none()), input) {
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                while let Some(message) = feed.recv().await {
-                    if let terminal::Input::Stdin(chunk) = message
-                        && input.write_all(&chunk).await.is_err()
-                    {
-                        break;
-                    }
-                }
-            });
         }
-        // A terminal's output is read from its master; its input is typed there.
-        let terminal_output = match master {
-            Some(master) => {
-                let control = std::os::fd::AsFd::as_fd(&master)
-                    .try_clone_to_owned()
-                    .map_err(|e| LaunchError::CannotStart(std::io::Error::other(format!("a terminal: {e}"))))?;
-                let (read, write) = master.into_split();
-                if let Some(feed) = stdin.take() {
-                    tokio::spawn(terminal::feed(feed, write, control));
-                }
-                Some(read)
-            }
+    }
+
+    /// A batch launch in bubblewrap: the envelope made ahead for it when there is one
+    /// that matches (a waiting envelope that does not is killed here, unused), else
+    /// its own.
+    async fn start_batch(
+        &self,
+        p: &Prepared,
+        envelope: &BwrapCommand,
+        key: WarmKey,
+        bound: Vec<std::os::fd::OwnedFd>,
+    ) -> Result<Process, LaunchError> {
+        let run_id = &p.policy.run_id;
+        let warm = match self.runs.take_warm(run_id, p.kind) {
+            Some(made) => tokio::time::timeout(WARM_WAIT, made).await.ok().and_then(Result::ok),
             None => None,
         };
-        let (tx, rx) = mpsc::channel(64);
-        let runs = self.runs.clone();
-        let next = bubblewrap.then(|| (self.clone(), p.policy.clone(), p.kind));
-        // macOS reports Seatbelt's denials in its log, not to the command.
-        #[cfg(target_os = "macos")]
-        let denials =
-            native.then(|| self.denial_feed().map(|f| f.forward(group, tx.clone(), MAX_VIOLATIONS))).flatten();
-        tokio::spawn(async move {
-            let send = |event: Event| {
-                let tx = tx.clone();
-                async move { tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await.is_ok() }
-            };
-            let envelope = if native { SandboxBackend::Native } else { SandboxBackend::None };
-            send(Event::Envelope(envelope as i32)).await;
-            let stderr_pipe = if native { Pipe::EnvelopeStderr } else { Pipe::Stderr };
-            let stdout = match terminal_output {
-                Some(terminal) => Some(tokio::spawn(forward(terminal, tx.clone(), Pipe::Stdout))),
-                None => child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), Pipe::Stdout))),
-            };
-            let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), stderr_pipe)));
-            let limit = request.timeout_seconds;
-            let timeout = async {
-                if limit == 0 {
-                    std::future::pending::<()>().await
-                } else {
-                    tokio::time::sleep(Duration::from_secs(u64::from(limit))).await
-                }
-            };
-            let (status, timed_out) = tokio::select! {
-                status = child.wait() => (status.ok(), false),
-                _ = timeout => {
-                    kill_group(group);
-                    (child.wait().await.ok(), true)
-                }
-                _ = tx.closed() => {
-                    kill_group(group);
-                    (child.wait().await.ok(), false)
-                }
-            };
-            // Nothing of the launch outlives it: in an envelope our init's exit already
-            // ended its pid namespace. Unwrapped, the rest of the process group goes now
-            // (setsid escapes it: the residual risk the README states). Its leader is
-            // reaped, so the id could in principle be reused: only unwrapped launches,
-            // whose members keep the group alive, are signalled after the exit.
-            if !native {
-                kill_group(group);
-            }
-            for reader in [stdout, stderr].into_iter().flatten() {
-                let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
-            }
-            runs.remove(&run_id, group);
-            #[cfg(target_os = "macos")]
-            if let Some(denials) = denials {
-                denials.abort();
-            }
-            use std::os::unix::process::ExitStatusExt;
-            let exit =
-                pb::Exit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()), timed_out };
-            // The next envelope is announced before the exit is reported, so that the
-            // next launch waits for it rather than making its own, and made once the exit
-            // is queued, so that it never delays it; in a task of its own, so that a
-            // client slow to read its events never holds it up.
-            let next = next.map(|(launcher, policy, kind)| {
-                let sender = runs.expect_warm(&run_id, &policy, kind);
-                (launcher, policy, kind, sender)
-            });
-            let exit = tx.try_send(Ok(pb::LaunchResponse { event: Some(Event::Exit(exit)) }));
-            if let Some((launcher, policy, kind, sender)) = next {
-                tokio::spawn(launcher.prewarm(run_id, kind, policy, sender));
-            }
-            if let Err(mpsc::error::TrySendError::Full(exit)) = exit {
-                let _ = tx.send(exit).await;
-            }
-        });
-        Ok(ReceiverStream::new(rx))
+        if let Some(ready) = warm.and_then(|w| w.serving(&key)) {
+            // Counted before its command is given.
+            self.runs.add_or_refuse(run_id, ready.group())?;
+            let (child, group) = ready.hand_off(&envelope.command);
+            return Ok(Process { child, group, terminal: None });
+        }
+        let started = self.spawn_envelope(p, envelope, bound, spawn::Command::Now(&envelope.command))?;
+        Ok(Process { child: started.child, group: started.group, terminal: None })
+    }
+
+    /// A terminal launch: the slave goes to the envelope, the master stays here; the
+    /// caller's input is typed, resizes and signals are set on it.
+    fn start_terminal(
+        &self,
+        p: &Prepared,
+        envelope: &BwrapCommand,
+        bound: Vec<std::os::fd::OwnedFd>,
+        size: &pb::PtySize,
+        input: mpsc::Receiver<terminal::Input>,
+    ) -> Result<Process, LaunchError> {
+        let opened = terminal::open(size, service_user(&p.policy))?;
+        let command = spawn::Command::Terminal(&envelope.command, opened.slave);
+        let started = self.spawn_envelope(p, envelope, bound, command)?;
+        let master = opened.master;
+        let control = std::os::fd::AsFd::as_fd(&master)
+            .try_clone_to_owned()
+            .map_err(|e| LaunchError::CannotStart(std::io::Error::other(format!("a terminal: {e}"))))?;
+        let (read, write) = master.into_split();
+        tokio::spawn(terminal::feed(input, write, control));
+        Ok(Process { child: started.child, group: started.group, terminal: Some(read) })
+    }
+
+    /// bubblewrap with `envelope`, as the run's user, in the run's cgroup, counted as
+    /// the run's.
+    fn spawn_envelope(
+        &self,
+        p: &Prepared,
+        envelope: &BwrapCommand,
+        bound: Vec<std::os::fd::OwnedFd>,
+        command: spawn::Command<'_>,
+    ) -> Result<spawn::Started, LaunchError> {
+        let (user, cgroup) = (service_user(&p.policy), &p.policy.limits.cgroup_procs);
+        let started = spawn::bubblewrap(self.program()?, envelope, bound, command, user, cgroup)
+            .map_err(LaunchError::CannotStart)?;
+        self.runs.add_or_refuse(&p.policy.run_id, started.group)?;
+        Ok(started)
     }
 
     /// sandbox-exec or an unwrapped command: they take our environment and directory.
-    fn spawn_plain(
-        &self,
-        mut c: tokio::process::Command,
-        p: &Prepared,
-        run_id: &str,
-        interactive: bool,
-    ) -> Result<(tokio::process::Child, u32), LaunchError> {
+    fn spawn_plain(&self, mut c: tokio::process::Command, p: &Prepared, io: Io) -> Result<Process, LaunchError> {
         c.env_clear().envs(&p.env).current_dir(&p.policy.work_dir);
         let cgroup = cc_host::cgroup::open_procs(&p.policy.limits.cgroup_procs).map_err(LaunchError::CannotStart)?;
         cc_host::cgroup::join::join_on_exec(c.as_std_mut(), cgroup);
         if let Some(user) = service_user(&p.policy) {
             c.uid(user.uid).gid(user.gid);
         }
-        let stdin = if interactive { Stdio::piped() } else { Stdio::null() };
+        let stdin = if matches!(io, Io::Batch) { Stdio::null() } else { Stdio::piped() };
         c.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
-        let child = c.spawn().map_err(LaunchError::CannotStart)?;
+        let mut child = c.spawn().map_err(LaunchError::CannotStart)?;
         let group = child.id().unwrap_or(0);
-        self.runs.add_or_refuse(run_id, group)?;
-        Ok((child, group))
+        self.runs.add_or_refuse(&p.policy.run_id, group)?;
+        if let Io::Piped(input) = io {
+            feed_stdin(input, child.stdin.take());
+        }
+        Ok(Process { child, group, terminal: None })
     }
 
     fn program(&self) -> Result<&Path, LaunchError> {
@@ -602,7 +491,7 @@ impl Launcher {
     /// sends it to `sender`, from `policy` only: if the run was registered again or
     /// ended meanwhile, nothing is made. A failure is left for that launch to meet and
     /// report.
-    async fn prewarm(
+    pub(crate) async fn prewarm(
         self: Arc<Self>,
         run_id: String,
         kind: Kind,
@@ -666,6 +555,21 @@ fn open_bound(policy: &RunPolicy, envelope: &BwrapCommand) -> Result<Vec<std::os
     })
 }
 
+/// The caller's input to the process's stdin, as it comes; its end closes it.
+fn feed_stdin(mut input: mpsc::Receiver<terminal::Input>, pipe: Option<tokio::process::ChildStdin>) {
+    let Some(mut pipe) = pipe else { return };
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Some(message) = input.recv().await {
+            if let terminal::Input::Stdin(chunk) = message
+                && pipe.write_all(&chunk).await.is_err()
+            {
+                break;
+            }
+        }
+    });
+}
+
 /// Who a launch runs as when sandboxd is root: the owner of the run's working
 /// directory, or the service user when that is root itself. `None` when we are not root.
 pub fn service_user(policy: &RunPolicy) -> Option<ServiceUser> {
@@ -676,59 +580,5 @@ pub fn service_user(policy: &RunPolicy) -> Option<ServiceUser> {
     match owner {
         Ok(st) if st.st_uid != 0 => Some(ServiceUser { uid: st.st_uid, gid: st.st_gid }),
         _ => Some(service),
-    }
-}
-
-/// Which of a launch's pipes [`forward`] carries.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pipe {
-    Stdout,
-    /// An unwrapped launch's stderr: carried as it is.
-    Stderr,
-    /// An envelope's stderr: also scanned for what the envelope refused.
-    EnvelopeStderr,
-}
-
-/// Forwards a pipe as chunks, and an envelope's stderr lines as violations too.
-async fn forward(mut pipe: impl AsyncRead + Unpin, tx: mpsc::Sender<Result<pb::LaunchResponse, Status>>, which: Pipe) {
-    let mut buffer = vec![0u8; 16 * 1024];
-    let mut partial: Vec<u8> = Vec::new();
-    let mut dedup = Deduplicator::new(MAX_VIOLATIONS);
-    let scan = which == Pipe::EnvelopeStderr;
-    // Reports the line's violation, if it is one not yet reported; false once the
-    // client is gone.
-    let report = async |line: &[u8], dedup: &mut Deduplicator| match scan_line(&String::from_utf8_lossy(line)) {
-        Some(v) if dedup.admit(&v) => {
-            tx.send(Ok(pb::LaunchResponse { event: Some(Event::Violation(v)) })).await.is_ok()
-        }
-        _ => true,
-    };
-    loop {
-        let n = match pipe.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let chunk = buffer[..n].to_vec();
-        let event = if which == Pipe::Stdout { Event::Stdout(chunk.clone()) } else { Event::Stderr(chunk.clone()) };
-        if tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await.is_err() {
-            return;
-        }
-        if scan {
-            partial.extend_from_slice(&chunk);
-            while let Some(end) = partial.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = partial.drain(..=end).collect();
-                if !report(&line, &mut dedup).await {
-                    return;
-                }
-            }
-            // A line over 64 KiB is scanned as it stands rather than hoarded.
-            if partial.len() > 64 * 1024 && !report(&std::mem::take(&mut partial), &mut dedup).await {
-                return;
-            }
-        }
-    }
-    // The last line, when it has no newline.
-    if scan && !partial.is_empty() {
-        report(&partial, &mut dedup).await;
     }
 }

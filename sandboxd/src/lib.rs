@@ -14,6 +14,8 @@ pub mod launch;
 pub mod microvm;
 pub mod policy;
 pub mod protect;
+mod report;
+mod runs;
 pub mod sbpl;
 pub mod seatbelt;
 pub mod seatbelt_log;

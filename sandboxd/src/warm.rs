@@ -25,7 +25,7 @@ use std::path::Path;
 use tokio::process::Child;
 
 use crate::bwrap::BwrapCommand;
-use crate::launch::kill_group;
+use crate::runs::kill_group;
 use crate::spawn::{Started, write_arguments};
 
 /// What makes two envelopes the same.
