@@ -81,9 +81,11 @@ enum Io {
 impl Io {
     /// What `request` asks for, refused where it cannot be had.
     fn asked(request: &pb::LaunchRequest, stdin: Option<mpsc::Receiver<terminal::Input>>) -> Result<Io, LaunchError> {
-        if request.kind == EnvelopeKind::Runner as i32 {
+        let runner = request.kind == EnvelopeKind::Runner as i32;
+        if runner && (stdin.is_none() || request.pty.is_some() || request.host.is_some()) {
             return Err(LaunchError::BadRequest(
-                "the runner kind is not launched: the supervisor starts it from GetRunnerEnvelope".to_owned(),
+                "the runner is launched interactively, in its envelope, without a terminal: its handshake is on its stdio"
+                    .to_owned(),
             ));
         }
         match (request.pty, stdin) {
@@ -216,6 +218,23 @@ impl Launcher {
         }
     }
 
+    /// The runner's wrapping: its envelope, with `program` bound as the runner, where
+    /// the native backend is bubblewrap; else the program itself. On macOS the runner
+    /// starts unwrapped: the supervisor's check that its socket is served from inside
+    /// the envelope walks /proc, which macOS does not have.
+    fn runner_wrapping(&self, p: &mut Prepared, program: &Path) -> Result<Wrapping, LaunchError> {
+        #[cfg(target_os = "linux")]
+        if self.probe.backend == Backend::Native {
+            let protected = self.protected(p, true)?;
+            let envelope = self.bwrap_command(p, &protected, program, true);
+            let bound = open_bound(&p.policy, &envelope)?;
+            let key = WarmKey::new(&envelope, service_user(&p.policy), &bound);
+            return Ok(Wrapping::Bubblewrap(envelope, key, bound));
+        }
+        p.argv = vec![program.as_os_str().to_owned()];
+        Ok(Wrapping::Unwrapped)
+    }
+
     /// The envelope program's arguments: bubblewrap's options and our init on Linux,
     /// every bind by path (an explanation), the SBPL profile for sandbox-exec on
     /// macOS; the command last.
@@ -267,8 +286,6 @@ impl Launcher {
             backend: SandboxBackend::from(self.probe.backend) as i32,
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: p.env.into_iter().collect(),
-            bound: vec![],
-            options: vec![],
         })
     }
 
@@ -277,39 +294,6 @@ impl Launcher {
         let mut all = vec![self.probe.program.clone().unwrap_or_default().into_os_string()];
         all.extend(self.envelope_args(p, create, runner)?);
         Ok(all)
-    }
-
-    /// The runner's envelope, to be executed by the supervisor (see the proto): the
-    /// paths inside the roots bound by descriptors that the supervisor opens. Its
-    /// vectors are created as for a launch, because this argv is run.
-    pub fn runner_envelope(&self, run_id: &str, program: Option<&Path>) -> Result<pb::Envelope, LaunchError> {
-        let p = self.prepare(run_id, EnvelopeKind::Runner as i32, &[])?;
-        // On macOS the runner starts unwrapped: the supervisor's check that the socket
-        // is served from inside the envelope walks /proc, which macOS does not have.
-        #[cfg(target_os = "linux")]
-        if self.probe.backend == Backend::Native {
-            let protected = self.protected(&p, true)?;
-            let command = self.bwrap_command(&p, &protected, program.unwrap_or(&self.runner), true);
-            let bound = command.bound.iter().map(|b| b.as_os_str().as_bytes().to_vec()).collect();
-            let options = crate::spawn::nul_separated(&command.options);
-            let mut argv = vec![self.program()?.as_os_str().as_bytes().to_vec()];
-            argv.extend(crate::spawn::options_on_descriptor(&command.init, &command.command));
-            return Ok(pb::Envelope {
-                backend: SandboxBackend::Native as i32,
-                argv,
-                env: p.env.into_iter().collect(),
-                bound,
-                options,
-            });
-        }
-        let _ = program;
-        Ok(pb::Envelope {
-            backend: SandboxBackend::None as i32,
-            argv: vec![],
-            env: p.env.into_iter().collect(),
-            bound: vec![],
-            options: vec![],
-        })
     }
 
     /// Launches `request`; with `stdin`, the process's standard input is what comes
@@ -333,7 +317,9 @@ impl Launcher {
                 .map_err(|e| LaunchError::Internal(e.to_string()))??
         };
         let envelope = wrapping.backend();
-        let next = matches!(wrapping, Wrapping::Bubblewrap(..)).then(|| (self.clone(), p.policy.clone(), p.kind));
+        // The next launch of the kind gets an envelope made ahead; a run has one runner.
+        let ahead = matches!(wrapping, Wrapping::Bubblewrap(..)) && p.kind != Kind::Runner;
+        let next = ahead.then(|| (self.clone(), p.policy.clone(), p.kind));
         let process = self.start(&p, wrapping, io).await?;
         let (tx, events) = report::channel();
         #[cfg(target_os = "macos")]
@@ -352,6 +338,18 @@ impl Launcher {
     /// gives, unsanitized.
     fn prepare_launch(&self, request: &pb::LaunchRequest) -> Result<(Prepared, Wrapping), LaunchError> {
         let mut p = self.prepare(&request.run_id, request.kind, &request.argv)?;
+        if p.kind == Kind::Runner {
+            let program = match request.argv.first() {
+                Some(program) if !program.is_empty() => PathBuf::from(OsStr::from_bytes(program)),
+                _ => self.runner.clone(),
+            };
+            if !program.is_absolute() || !program.is_file() {
+                let why = format!("the runner program {} must be an absolute path to a file", program.display());
+                return Err(LaunchError::BadRequest(why));
+            }
+            let wrapping = self.runner_wrapping(&mut p, &program)?;
+            return Ok((p, wrapping));
+        }
         if let Some(host) = &request.host {
             p.env = host.env.clone().into_iter().collect();
             return Ok((p, Wrapping::Unwrapped));

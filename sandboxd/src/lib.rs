@@ -27,7 +27,6 @@ pub mod terminal;
 pub mod violations;
 pub mod warm;
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -273,29 +272,6 @@ impl Sandboxd for SandboxdService {
         let pb::ExplainEnvelopeRequest { run_id, kind, argv } = request.into_inner();
         let envelope = self.launcher.explain(&run_id, kind, &argv)?;
         Ok(Response::new(pb::ExplainEnvelopeResponse { envelope: Some(envelope) }))
-    }
-
-    async fn get_runner_envelope(
-        &self,
-        request: Request<pb::GetRunnerEnvelopeRequest>,
-    ) -> Result<Response<pb::GetRunnerEnvelopeResponse>, Status> {
-        let launcher = self.launcher.clone();
-        let request = request.into_inner();
-        let program = match request.runner_program.as_slice() {
-            [] => None,
-            bytes => {
-                let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes));
-                if !path.is_absolute() || bytes.contains(&0) || !path.is_file() {
-                    let why = format!("the runner program {} must be an absolute path to a file", path.display());
-                    return Err(LaunchError::BadRequest(why).into());
-                }
-                Some(path)
-            }
-        };
-        let run_id = request.run_id;
-        // Creating the missing vectors touches the disk: off the async threads.
-        let envelope = off_thread(move || launcher.runner_envelope(&run_id, program.as_deref())).await?;
-        Ok(Response::new(pb::GetRunnerEnvelopeResponse { envelope: Some(envelope) }))
     }
 }
 

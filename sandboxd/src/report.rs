@@ -77,7 +77,9 @@ impl Report {
     ) {
         let Process { mut child, group, terminal } = process;
         let native = self.envelope == SandboxBackend::Native;
-        let _ = tx.send(Ok(pb::LaunchResponse { event: Some(Event::Envelope(self.envelope as i32)) })).await;
+        for event in [Event::Envelope(self.envelope as i32), Event::ProcessId(group)] {
+            let _ = tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await;
+        }
         let stderr_pipe = if native { Pipe::EnvelopeStderr } else { Pipe::Stderr };
         let stdout = match terminal {
             Some(terminal) => Some(tokio::spawn(forward(terminal, tx.clone(), Pipe::Stdout))),

@@ -23,7 +23,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::backoff::{Backoff, NextStart};
 use crate::events::EventLog;
 use cc_config::RestartPolicy;
-use cc_host::ServiceUser;
 
 pub use cc_proto::helper::HelperKind;
 
@@ -559,48 +558,20 @@ async fn launch(helper: &Helper, env: &SuperviseEnv) -> Result<GroupChild, Launc
         calls: launch.calls.clone(),
     };
     let timeouts = ProcessTimeouts { ready: env.policy.ready_timeout(), stop: env.policy.stop_timeout() };
-    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.kind.name(), ProcessStart::default())
-        .await
+    start_process(&launch.program, &launch.args, &bootstrap, timeouts, launch.kind.name()).await
 }
 
-/// What a helper-protocol process starts with besides its bootstrap.
-#[derive(Default)]
-pub(crate) struct ProcessStart {
-    /// Who it runs as (the service user, for a runner under root).
-    pub user: Option<ServiceUser>,
-    /// Each descriptor with the number it gets in the process (a runner's envelope: its
-    /// options as 3, the paths it binds by descriptor as 4, 5, …); nothing else but its
-    /// stdio passes.
-    pub descriptors: Vec<(std::os::fd::OwnedFd, i32)>,
-    /// The `cgroup.procs` files it joins before it execs (a runner: its run's).
-    pub cgroup: Vec<std::os::fd::OwnedFd>,
-}
-
-/// Spawns a helper-protocol process (a helper or a run's runner): it says HELLO, gets
-/// `bootstrap` on stdin, and must say READY within `ready`; `stop` is the grace a
-/// failed start gets before SIGKILL.
-pub(crate) async fn start_process(
+/// Spawns a helper: it says HELLO, gets `bootstrap` on stdin, and must say READY
+/// within `ready`; `stop` is the grace a failed start gets before SIGKILL. (A run's
+/// runner speaks the same handshake over its launch by sandboxd: `runs::runner`.)
+async fn start_process(
     program: &std::path::Path,
     args: &[String],
     bootstrap: &Bootstrap,
     ProcessTimeouts { ready, stop }: ProcessTimeouts,
     name: &'static str,
-    ProcessStart { user, descriptors, cgroup }: ProcessStart,
 ) -> Result<GroupChild, LaunchFailure> {
     let mut command = Command::new(program);
-    if !descriptors.is_empty() {
-        use command_fds::{CommandFdExt, FdMapping};
-        let mappings = descriptors.into_iter().map(|(parent_fd, child_fd)| FdMapping { parent_fd, child_fd });
-        command.fd_mappings(mappings.collect()).map_err(|e| LaunchFailure {
-            pid: None,
-            status: None,
-            message: format!("cannot pass descriptors to {}: {e}", program.display()),
-        })?;
-    }
-    cc_host::cgroup::join::join_on_exec(command.as_std_mut(), cgroup);
-    if let Some(ServiceUser { uid, gid }) = user {
-        command.uid(uid).gid(gid).current_dir("/");
-    }
     command
         .args(args)
         .env_clear()
@@ -670,7 +641,7 @@ async fn fail(mut child: GroupChild, pid: Option<u32>, message: String, grace: D
 /// kill of bubblewrap alone in that window, when a run was stopped as its runner
 /// started, left it behind for good (issue 16). Dropped before it is reaped, the whole
 /// group is killed.
-pub(crate) struct GroupChild(Child);
+struct GroupChild(Child);
 
 impl GroupChild {
     /// Signals the group, while its leader is not reaped (so the id is still ours).
@@ -701,7 +672,7 @@ impl Drop for GroupChild {
 }
 
 /// SIGTERM to the process's group, then SIGKILL after `grace`. Returns the exit status.
-pub(crate) async fn stop_child(child: &mut GroupChild, grace: Duration) -> Option<std::process::ExitStatus> {
+async fn stop_child(child: &mut GroupChild, grace: Duration) -> Option<std::process::ExitStatus> {
     if let Ok(Some(status)) = child.try_wait() {
         return Some(status);
     }

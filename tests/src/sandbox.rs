@@ -149,6 +149,8 @@ pub struct Outcome {
     pub stderr: String,
     pub violations: Vec<pb::Violation>,
     pub exit: Option<pb::Exit>,
+    /// The process sandboxd started, the leader of the launch's process group.
+    pub process_id: Option<u32>,
 }
 
 impl Outcome {
@@ -182,6 +184,7 @@ pub async fn run_argv(client: &mut Client, run_id: &str, kind: EnvelopeKind, arg
             Some(pb::launch_response::Event::Stderr(b)) => out.stderr.push_str(&String::from_utf8_lossy(&b)),
             Some(pb::launch_response::Event::Violation(v)) => out.violations.push(v),
             Some(pb::launch_response::Event::Exit(e)) => out.exit = Some(e),
+            Some(pb::launch_response::Event::ProcessId(pid)) => out.process_id = Some(pid),
             None => {}
         }
     }

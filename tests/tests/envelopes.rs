@@ -493,28 +493,12 @@ async fn bad_requests_are_refused_and_unregister_kills() {
         (0, vec![b"true".to_vec()]),
         (BASH as i32, vec![]),
         (BASH as i32, vec![b"a\0b".to_vec()]),
-        // The runner kind is started by the supervisor from GetRunnerEnvelope, never launched.
-        (cc_proto::common::v1::EnvelopeKind::Runner as i32, vec![b"sh".to_vec()]),
+        // The runner kind is launched interactively only: its handshake is on its stdio.
+        (cc_proto::common::v1::EnvelopeKind::Runner as i32, vec![]),
     ] {
         let err = client.launch(launch("r1", kind, argv)).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     }
-
-    // With no native backend, the runner's envelope is empty (the supervisor then
-    // starts the runner unwrapped), and for an unknown run it is not found.
-    let envelope = client
-        .get_runner_envelope(pb::GetRunnerEnvelopeRequest { run_id: "r1".into(), runner_program: vec![] })
-        .await
-        .unwrap()
-        .into_inner()
-        .envelope
-        .unwrap();
-    assert!(envelope.argv.is_empty() && envelope.backend == cc_proto::common::v1::SandboxBackend::None as i32);
-    let err = client
-        .get_runner_envelope(pb::GetRunnerEnvelopeRequest { run_id: "nope".into(), runner_program: vec![] })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::NotFound);
 
     // A run's launches die with its unregistration.
     let mut stream =

@@ -506,12 +506,22 @@ fn live_runs_outlive_a_sandboxd_killed_or_restarted() {
     for run in &runs {
         echo(run, "before");
     }
+    let runner_pid = |run: &str| f.sup.ccctl_json(&["run", "show", run])["runner_pid"].as_u64().unwrap();
+    let runners: Vec<u64> = runs.iter().map(|run| runner_pid(run)).collect();
     let sandboxd = |sup: &Supervisor| sup.helper_pids().into_iter().find(|(name, _)| name == "sandboxd").unwrap().1;
     let killed = sandboxd(&f.sup);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(killed as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     for run in &runs {
         echo(run, "after-kill");
         assert_eq!(text(&f.tool(run, &["read", "README.md"])).0, "# demo\n");
+    }
+    // Every envelope is sandboxd's, the runners' too (issue 36): they went with it and
+    // were launched again, each in a new envelope, their runs never leaving `running`.
+    for (run, before) in runs.iter().zip(&runners) {
+        f.sup.await_event(Duration::from_secs(10), |e| {
+            e.kind == "runner_restarted" && e.subject == format!("run:{run}")
+        });
+        assert_ne!(runner_pid(run), *before, "{run}: a new runner serves");
     }
     let new = sandboxd(&f.sup);
     assert_ne!(new, killed, "a new sandboxd serves");

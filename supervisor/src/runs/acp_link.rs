@@ -324,7 +324,7 @@ async fn pump(
                 shared.manager.events().record("agent_exited", &shared.subject, payload);
                 break format!("exited ({how})");
             }
-            Some(LaunchEvent::Envelope(_)) | None => {}
+            Some(LaunchEvent::Envelope(_) | LaunchEvent::ProcessId(_)) | None => {}
         }
     };
     shared.set_ended(ended.clone());

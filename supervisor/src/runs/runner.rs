@@ -1,26 +1,37 @@
-//! A run's runner: started in its envelope, watched, and started again when it dies.
+//! A run's runner: launched in its envelope by sandboxd, watched, and launched again
+//! when it dies.
 //!
-//! A runner that dies (a bug, the OOM killer at the run's memory limit, a kill -9) is
-//! started again in a new envelope, with the helpers' backoff and budget, and its run
-//! stays running: the run's state is its conversation's work, which the runner only
-//! serves, and a file tool call a moment later should not have to start a new run.
-//! Only a spent budget (it dies again and again) fails the run.
+//! Launched like every envelope (trust rule: every process in a run's envelope is
+//! sandboxd's), interactively: the helper handshake (HELLO, the bootstrap with the
+//! runner's secret, READY) travels on the launch's stdio, and its end is the launch's
+//! exit. The supervisor no longer opens anything inside the run's roots or execs
+//! bubblewrap for it.
+//!
+//! A runner that dies (a bug, the OOM killer at the run's memory limit, a kill -9, a
+//! sandboxd that died and took its envelopes with it) is launched again, with the
+//! helpers' backoff and budget, and its run stays running: the run's state is its
+//! conversation's work, which the runner only serves, and a file tool call a moment
+//! later should not have to start a new run. Only a spent budget (it dies again and
+//! again) fails the run.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cc_host::ServiceUser;
 use cc_proto::bootstrap::Bootstrap;
 use cc_proto::client::PresentSecret;
-use cc_proto::common::v1::SandboxBackend;
-use cc_proto::helper::MAX_MESSAGE_BYTES;
+use cc_proto::common::v1::{EnvelopeKind, SandboxBackend};
+use cc_proto::helper::{HELLO_LINE, MAX_MESSAGE_BYTES, READY_LINE};
 use cc_proto::runner::v1::runner_client::RunnerClient;
 use cc_proto::sandboxd::v1 as sb;
+use cc_proto::sandboxd::v1::launch_interactive_request::Input;
+use cc_proto::sandboxd::v1::launch_response::Event as LaunchEvent;
 use cc_proto::secret::PeerSecret;
 use serde_json::json;
 use tokio::sync::{oneshot, watch};
+use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 
 use super::{
@@ -28,7 +39,7 @@ use super::{
 };
 use crate::backoff::{Backoff, NextStart};
 use crate::convert::path_bytes;
-use crate::helpers::{GroupChild, HelperKind, ProcessStart, SUPERVISOR_PEER, start_process, stop_child};
+use crate::helpers::SUPERVISOR_PEER;
 
 /// What every start of a run's runner is told.
 pub(super) struct RunnerStart {
@@ -40,12 +51,12 @@ pub(super) struct RunnerStart {
 
 /// A started runner.
 pub(super) struct Runner {
-    /// What the run owns: bubblewrap, or the runner itself when unwrapped.
-    pub child: GroupChild,
+    /// Its launch; dropped, sandboxd kills the envelope.
+    pub launch: RunnerLaunch,
     /// The runner's own pid.
     pub pid: u32,
     pub client: RunnerClientWithSecret,
-    /// In its envelope (bubblewrap's exit then carries our init's status).
+    /// In its envelope (its exit then carries our init's status).
     pub enveloped: bool,
 }
 
@@ -55,108 +66,193 @@ impl Runner {
     }
 }
 
-/// The descriptors the runner's envelope binds (`--bind-fd`), each opened with no link
-/// anywhere on its path: the run's directories are the agent's to write, and we may be
-/// root. bubblewrap mounts exactly these or refuses to start.
-async fn open_bound(paths: &[Vec<u8>]) -> Result<Vec<std::os::fd::OwnedFd>, RunError> {
-    use std::os::unix::ffi::OsStrExt;
-    let paths: Vec<PathBuf> = paths.iter().map(|p| Path::new(std::ffi::OsStr::from_bytes(p)).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        paths
-            .iter()
-            .map(|path| {
-                cc_host::beneath::open_no_links(path).map_err(|e| {
-                    RunError::Precondition(format!(
-                        "cannot start the run's runner: {} cannot be opened without following a link ({e})",
-                        path.display()
-                    ))
-                })
-            })
-            .collect()
-    })
-    .await
-    .map_err(|e| RunError::Internal(e.to_string()))?
-}
-
-/// A pipe whose read end carries `options` (bubblewrap's, NUL-separated) to the
-/// runner's envelope as [`cc_host::OPTIONS_FD`]; written in a task of its own, since
-/// they may be more than a pipe holds.
-fn options_pipe(options: Vec<u8>) -> Result<std::os::fd::OwnedFd, RunError> {
-    use tokio::io::AsyncWriteExt;
-    let cannot = |e: std::io::Error| RunError::Internal(format!("cannot pass the runner's envelope options: {e}"));
-    let (read, write) = std::io::pipe().map_err(cannot)?;
-    let mut write = tokio::net::unix::pipe::Sender::from_owned_fd(std::os::fd::OwnedFd::from(write)).map_err(cannot)?;
-    tokio::spawn(async move {
-        let _ = write.write_all(&options).await;
-    });
-    Ok(read.into())
-}
-
 /// How every message about a runner that failed to start begins.
 pub(super) const DID_NOT_START: &str = "the run's runner did not start";
 
-/// How the runner ended. `enveloped`: the process we waited for is the runner's
-/// bubblewrap, which exits with our init's status, and our init reports a command a
-/// signal ended as 128 + the signal, as a shell does.
-pub(super) fn describe_exit(status: Option<std::process::ExitStatus>, enveloped: bool) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Some(s) if s.signal().is_some() => format!("signal {}", s.signal().unwrap_or_default()),
-        Some(s) => match s.code().unwrap_or_default() {
-            code @ 129..=192 if enveloped => format!("signal {}", code - 128),
-            code => format!("code {code}"),
-        },
-        None => "status unknown".into(),
+/// How the runner ended. `enveloped`: the exit is our init's, which reports a command
+/// a signal ended as 128 + the signal, as a shell does.
+pub(super) fn describe_exit(exit: &sb::Exit, enveloped: bool) -> String {
+    match super::acp::exit_of(exit.code, exit.signal, enveloped) {
+        (_, Some(signal)) => format!("signal {signal}"),
+        (Some(code), None) => format!("code {code}"),
+        (None, None) => "status unknown".into(),
     }
 }
 
-impl RunManager {
-    /// Starts the run's runner: inside its `runner` envelope where sandboxd has a
-    /// native backend, else directly (as the service user under root).
-    pub(super) async fn start_runner(&self, run: &LiveRun, how: &RunnerStart) -> Result<Runner, RunError> {
-        let id = run.run_id.as_str();
-        let RunnerStart { roots, home, socket } = how;
-        let mut sandboxd = self.env.channels.sandboxd().await?;
-        let request = sb::GetRunnerEnvelopeRequest {
-            run_id: id.to_owned(),
-            runner_program: path_bytes(&self.env.runner_program),
-        };
-        let asked = sandboxd.get_runner_envelope(request);
-        let envelope = self.env.channels.within(HelperKind::Sandboxd, "GetRunnerEnvelope", asked).await?;
-        let envelope = envelope.into_inner().envelope.unwrap_or_default();
-        let enveloped = envelope.backend == SandboxBackend::Native as i32 && !envelope.argv.is_empty();
-        let bound = open_bound(&envelope.bound).await?;
-        let mut descriptors: Vec<_> = bound.into_iter().zip(cc_host::FIRST_BOUND_FD..).collect();
-        if enveloped {
-            descriptors.push((options_pipe(envelope.options)?, cc_host::OPTIONS_FD));
+/// A runner's launch after its handshake: a task reads it to its end (the runner's
+/// output goes to our log) and says how it ended. Dropped, the task is aborted, which
+/// drops the call: sandboxd kills the envelope.
+pub(super) struct RunnerLaunch {
+    reader: tokio::task::JoinHandle<()>,
+    ended: oneshot::Receiver<String>,
+}
+
+impl RunnerLaunch {
+    /// How the runner ended, once it has.
+    pub async fn ended(&mut self) -> String {
+        (&mut self.ended).await.unwrap_or_else(|_| "its launch was dropped".into())
+    }
+}
+
+impl Drop for RunnerLaunch {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// The launch's events, read for the handshake: stdout a line at a time, stderr (the
+/// runner's log) passed on to ours.
+struct LaunchOutput {
+    events: tonic::Streaming<sb::LaunchInteractiveResponse>,
+    backend: Option<SandboxBackend>,
+    pid: Option<u32>,
+    stdout: Vec<u8>,
+}
+
+impl LaunchOutput {
+    fn enveloped(&self) -> bool {
+        self.backend == Some(SandboxBackend::Native)
+    }
+
+    /// The next line on stdout, which must be `expected`.
+    async fn expect_line(&mut self, expected: &str) -> Result<(), String> {
+        let line = self.next_line().await?;
+        if line == expected {
+            return Ok(());
         }
-        let (program, args) =
-            if enveloped {
-                let argv: Vec<String> =
-                    envelope.argv.into_iter().map(String::from_utf8).collect::<Result<_, _>>().map_err(|_| {
-                        RunError::Precondition("the runner's envelope has a path that is not UTF-8".into())
-                    })?;
-                let (program, args) =
-                    argv.split_first().ok_or_else(|| RunError::Internal("an empty runner envelope".into()))?;
-                (std::path::PathBuf::from(program), args.to_vec())
-            } else {
-                (self.env.runner_program.clone(), vec![])
+        Err(format!("said {:?} instead of {expected:?}", line.chars().take(80).collect::<String>()))
+    }
+
+    async fn next_line(&mut self) -> Result<String, String> {
+        loop {
+            if let Some(end) = self.stdout.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.stdout.drain(..=end).collect();
+                return Ok(String::from_utf8_lossy(&line[..end]).into_owned());
+            }
+            // A handshake line is a word: more than this is not one.
+            if self.stdout.len() > 4096 {
+                return Err("wrote a line over 4 KiB instead of its handshake".into());
+            }
+            match self.events.next().await {
+                Some(Ok(sb::LaunchInteractiveResponse { event: Some(event) })) => match event.event {
+                    Some(LaunchEvent::Envelope(backend)) => self.backend = SandboxBackend::try_from(backend).ok(),
+                    Some(LaunchEvent::ProcessId(pid)) => self.pid = Some(pid),
+                    Some(LaunchEvent::Stdout(bytes)) => self.stdout.extend_from_slice(&bytes),
+                    Some(LaunchEvent::Stderr(bytes)) => log_output(&bytes),
+                    Some(LaunchEvent::Exit(exit)) => {
+                        let how = describe_exit(&exit, self.enveloped());
+                        return Err(format!("exited before serving its socket ({how})"));
+                    }
+                    Some(LaunchEvent::Violation(_)) | None => {}
+                },
+                Some(Ok(_)) => {}
+                Some(Err(status)) => return Err(format!("sandboxd ended its launch: {}", status.message())),
+                None => return Err("sandboxd ended its launch without an exit".into()),
+            }
+        }
+    }
+
+    /// Reads the rest of the launch in a task of its own.
+    fn read_to_end(mut self) -> RunnerLaunch {
+        let (tell, ended) = oneshot::channel();
+        let enveloped = self.enveloped();
+        let reader = tokio::spawn(async move {
+            let how = loop {
+                match self.events.next().await {
+                    Some(Ok(sb::LaunchInteractiveResponse { event: Some(event) })) => match event.event {
+                        // Whatever it prints later goes to the log, and never meets a full channel.
+                        Some(LaunchEvent::Stdout(bytes) | LaunchEvent::Stderr(bytes)) => log_output(&bytes),
+                        Some(LaunchEvent::Exit(exit)) => break describe_exit(&exit, enveloped),
+                        _ => {}
+                    },
+                    Some(Ok(_)) => {}
+                    Some(Err(status)) => break format!("sandboxd ended its launch: {}", status.message()),
+                    None => break "sandboxd ended its launch without an exit (it restarted)".into(),
+                }
             };
+            let _ = tell.send(how);
+        });
+        RunnerLaunch { reader, ended }
+    }
+}
+
+/// The runner's own log lines, as they were when it wrote to our stderr.
+fn log_output(bytes: &[u8]) {
+    let _ = std::io::stderr().lock().write_all(bytes);
+}
+
+impl RunManager {
+    /// Launches the run's runner through sandboxd: inside its `runner` envelope where
+    /// sandboxd has a native backend, else unwrapped (as the service user under root);
+    /// then the handshake on its stdio, then its socket.
+    pub(super) async fn start_runner(&self, run: &LiveRun, how: &RunnerStart) -> Result<Runner, RunError> {
+        let launch = sb::LaunchRequest {
+            run_id: run.run_id.as_str().to_owned(),
+            kind: EnvelopeKind::Runner as i32,
+            argv: vec![path_bytes(&self.env.runner_program)],
+            ..Default::default()
+        };
+        let (events, input) = self.launch_interactive(run, launch, "runner").await?;
+        let mut output = LaunchOutput { events, backend: None, pid: None, stdout: Vec::new() };
         let secret = PeerSecret::generate().map_err(|e| RunError::Internal(e.to_string()))?;
-        let socket = socket.clone();
+        let ready = self.env.timeouts.ready;
+        let handshake = async {
+            // The bootstrap (and its secret) is written only once the runner has said
+            // it is non-dumpable.
+            output.expect_line(HELLO_LINE).await?;
+            let bootstrap = self.runner_bootstrap(run, how, &secret, output.enveloped());
+            let bootstrap = Input::Stdin(bootstrap.to_json_line());
+            for message in [bootstrap, Input::CloseStdin(true)] {
+                // A runner that exits at once: the read below says so.
+                let _ = input.send(sb::LaunchInteractiveRequest { input: Some(message) }).await;
+            }
+            output.expect_line(READY_LINE).await
+        };
+        let unavailable = |why: String| RunError::RunnerUnavailable(format!("{DID_NOT_START}: {why}"));
+        match tokio::time::timeout(ready, handshake).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => return Err(unavailable(why)),
+            Err(_) => return Err(unavailable(format!("not serving after {ready:?}"))),
+        }
+        let (enveloped, pid) = (output.enveloped(), output.pid);
+        let launch = output.read_to_end();
+        let pid = pid.ok_or_else(|| unavailable("sandboxd did not say which process it started".into()))?;
+        let connected = if enveloped {
+            cc_proto::client::connect_to_descendant(&how.socket, pid).await
+        } else {
+            cc_proto::client::connect_checked(&how.socket, Some(pid)).await.map(|c| (c, pid))
+        };
+        match connected {
+            Ok((channel, runner_pid)) => {
+                let auth = PresentSecret::new(SUPERVISOR_PEER, &secret);
+                let client = RunnerClient::new(InterceptedService::new(channel, auth))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                Ok(Runner { launch, pid: runner_pid, client, enveloped })
+            }
+            Err(e) => {
+                drop(launch);
+                cc_proto::socket::remove_socket(&how.socket);
+                Err(RunError::RunnerUnavailable(format!("cannot reach the run's runner: {e}")))
+            }
+        }
+    }
+
+    /// What the runner is told on its stdin.
+    fn runner_bootstrap(&self, run: &LiveRun, how: &RunnerStart, secret: &PeerSecret, enveloped: bool) -> Bootstrap {
+        let id = run.run_id.as_str();
         let mut bootstrap = Bootstrap {
             name: "runner".into(),
-            socket: socket.clone(),
+            socket: how.socket.clone(),
             data_dir: self.env.data.root().to_owned(),
             log_format: self.env.log_format,
             peers: [(SUPERVISOR_PEER.to_owned(), secret.clone())].into(),
-            // In the envelope the runner's parent is our init, and the envelope dies
-            // with us (bubblewrap's --die-with-parent).
-            supervisor_pid: if enveloped { 0 } else { std::process::id() },
+            // Its parent is our init in the envelope, sandboxd unwrapped; either dies
+            // with us (bubblewrap's --die-with-parent, sandboxd's own death signal).
+            supervisor_pid: 0,
             options: BTreeMap::from([
-                ("roots".to_owned(), roots.clone()),
+                ("roots".to_owned(), how.roots.clone()),
                 ("run".to_owned(), id.to_owned()),
-                ("home".to_owned(), home.clone()),
+                ("home".to_owned(), how.home.clone()),
             ]),
             calls: Default::default(),
         };
@@ -173,46 +269,7 @@ impl RunManager {
             };
             bootstrap.options.insert("egress_proxy".to_owned(), proxy.to_string_lossy().into_owned());
         }
-        // As root, the runner runs as the service user too: it holds no capability, so
-        // it could not open the run's directories as root anyway.
-        let user = ServiceUser::when_root();
-        // The runner joins the run's cgroup before it execs, as every launch does.
-        let cgroup = match run.cgroup() {
-            Some(cgroup) => cgroup
-                .open_procs()
-                .map_err(|e| RunError::Internal(format!("cannot open the run's cgroup to join it: {e}")))?,
-            None => vec![],
-        };
-        let start = ProcessStart { user, descriptors, cgroup };
-        let mut child =
-            start_process(&program, &args, &bootstrap, self.env.timeouts, "runner", start).await.map_err(|f| {
-                // Its exit says more than "exited": a code, or the signal that ended it.
-                let exit = if f.status.is_some() {
-                    format!(" ({})", describe_exit(f.status, enveloped))
-                } else {
-                    String::new()
-                };
-                RunError::RunnerUnavailable(format!("{DID_NOT_START}: {}{exit}", f.message))
-            })?;
-        let child_pid = child.id().unwrap_or(0);
-        let connected = if enveloped {
-            cc_proto::client::connect_to_descendant(&socket, child_pid).await
-        } else {
-            cc_proto::client::connect_checked(&socket, Some(child_pid)).await.map(|c| (c, child_pid))
-        };
-        match connected {
-            Ok((channel, runner_pid)) => {
-                let auth = PresentSecret::new(SUPERVISOR_PEER, &secret);
-                let client = RunnerClient::new(InterceptedService::new(channel, auth))
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                Ok(Runner { child, pid: runner_pid, client, enveloped })
-            }
-            Err(e) => {
-                stop_child(&mut child, self.env.timeouts.stop).await;
-                cc_proto::socket::remove_socket(&socket);
-                Err(RunError::RunnerUnavailable(format!("cannot reach the run's runner: {e}")))
-            }
-        }
+        bootstrap
     }
 
     /// Owns the runner until the run ends: a stop ends the run; an exit starts the
@@ -230,14 +287,14 @@ impl RunManager {
         let mut backoff = Backoff::new(self.env.restart.clone());
         let mut since = Instant::now();
         loop {
-            let status = tokio::select! {
-                status = runner.child.wait() => status.ok(),
+            let mut exit = tokio::select! {
+                exit = runner.launch.ended() => exit,
                 request = &mut stop => {
-                    stop_child(&mut runner.child, self.env.timeouts.stop).await;
+                    // Dropped, its launch ends: sandboxd kills the envelope.
+                    drop(runner);
                     return self.stopped(&id, request).await;
                 }
             };
-            let mut exit = describe_exit(status, runner.enveloped);
             let mut ran_for = since.elapsed();
             // Until a runner serves again, or the run ends.
             loop {
@@ -296,17 +353,16 @@ impl RunManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::process::ExitStatusExt;
 
     #[test]
     fn a_runner_killed_in_its_envelope_is_named_by_its_signal() {
-        let exited = |code: i32| Some(std::process::ExitStatus::from_raw(code << 8));
-        let signalled = |signal: i32| Some(std::process::ExitStatus::from_raw(signal));
-        assert_eq!(describe_exit(exited(137), true), "signal 9");
-        assert_eq!(describe_exit(exited(143), true), "signal 15");
-        assert_eq!(describe_exit(exited(137), false), "code 137", "unwrapped, a code is a code");
-        assert_eq!(describe_exit(exited(2), true), "code 2");
-        assert_eq!(describe_exit(signalled(9), false), "signal 9");
-        assert_eq!(describe_exit(None, true), "status unknown");
+        let exited = |code: i32| sb::Exit { code: Some(code), ..Default::default() };
+        let signalled = |signal: i32| sb::Exit { signal: Some(signal), ..Default::default() };
+        assert_eq!(describe_exit(&exited(137), true), "signal 9");
+        assert_eq!(describe_exit(&exited(143), true), "signal 15");
+        assert_eq!(describe_exit(&exited(137), false), "code 137", "unwrapped, a code is a code");
+        assert_eq!(describe_exit(&exited(2), true), "code 2");
+        assert_eq!(describe_exit(&signalled(9), false), "signal 9");
+        assert_eq!(describe_exit(&sb::Exit::default(), true), "status unknown");
     }
 }

@@ -476,6 +476,8 @@ impl RunManager {
                         send(Event::Stderr(chunk)).await
                     }
                     Some(LaunchEvent::Envelope(kind)) => send(Event::Envelope(kind)).await,
+                    // Ours to know, not the caller's.
+                    Some(LaunchEvent::ProcessId(_)) => true,
                     Some(LaunchEvent::Violation(v)) => {
                         events.record(
                             "sandbox_violation",

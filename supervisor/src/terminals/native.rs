@@ -104,7 +104,7 @@ async fn carry_output(
                 Some(LaunchEvent::Exit(e)) => {
                     exit = Some(Exit { code: e.code, signal: e.signal, reason: String::new() });
                 }
-                Some(LaunchEvent::Envelope(_) | LaunchEvent::Violation(_)) | None => {}
+                Some(LaunchEvent::Envelope(_) | LaunchEvent::ProcessId(_) | LaunchEvent::Violation(_)) | None => {}
             },
             Some(Ok(_)) => {}
             Some(Err(status)) => {
