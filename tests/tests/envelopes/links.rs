@@ -191,3 +191,117 @@ async fn a_directory_swapped_for_a_link_during_launches_is_never_what_gets_mount
     // With the swapping over, the run works again.
     assert_eq!(run(&mut client, "r1", BASH, "true").await.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protections_survive_renames_swaps_and_planted_links() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let config_before = std::fs::read(w.repo.join(".git/config")).unwrap();
+    // Rename the repository's .git away and make a new one; rename the repository.
+    let script = "mv .git .git-old 2>/dev/null && echo 'MOVED .git'\n\
+                  mkdir -p .git-new/hooks && mv -T .git-new .git 2>/dev/null && echo 'REPLACED .git'\n\
+                  rm -rf .git/hooks 2>/dev/null && echo 'REMOVED hooks'\n\
+                  (echo evil > .git/commondir) 2>/dev/null && echo 'WROTE commondir'\n\
+                  (echo '[core] fsmonitor = evil' >> .git/config.worktree) 2>/dev/null && echo 'WROTE config.worktree'\n\
+                  true";
+    for kind in [BASH, OVERLAY] {
+        let out = run(&mut client, "r1", kind, script).await;
+        assert!(
+            !out.stdout.contains("MOVED")
+                && !out.stdout.contains("REPLACED")
+                && !out.stdout.contains("REMOVED")
+                && !out.stdout.contains("WROTE"),
+            "{kind:?}:\n{}",
+            out.stdout
+        );
+    }
+    assert_eq!(std::fs::read(w.repo.join(".git/config")).unwrap(), config_before);
+    assert!(!w.repo.join(".git-old").exists());
+
+    // An overlay launch swaps the harness's working directory for a link to /: the next
+    // launch is refused, not pointed at /.
+    let out = run(
+        &mut client,
+        "r1",
+        OVERLAY,
+        &format!("cd {r} && mv demo demo-away && ln -s / demo && echo SWAPPED", r = w.repo.parent().unwrap().display()),
+    )
+    .await;
+    assert!(!out.stdout.contains("SWAPPED"), "the working directory is pinned: it cannot be moved away");
+    // The same swap made from outside (a sibling process, the person): the next launch
+    // is refused rather than bound to what the link points at.
+    std::fs::rename(&w.repo, w.repo.with_file_name("demo-away")).unwrap();
+    std::os::unix::fs::symlink("/", &w.repo).unwrap();
+    let refused = client
+        .launch(pb::LaunchRequest {
+            run_id: "r1".into(),
+            kind: BASH as i32,
+            argv: vec![b"/bin/true".to_vec()],
+            timeout_seconds: 5,
+            host: None,
+            ..Default::default()
+        })
+        .await;
+    let err = refused.expect_err("a launch into a swapped root must be refused");
+    assert!(err.message().contains("changed since it was registered"), "{}", err.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_link_at_a_code_execution_vector_refuses_the_launch() {
+    let w = world();
+    let Some((_sbx, mut client)) = native(&w, &[]).await else { return };
+    let config = w.repo.join(".git/config");
+    std::fs::rename(&config, w.repo.join("evil-config")).unwrap();
+    std::os::unix::fs::symlink("../evil-config", &config).unwrap();
+    let err = client
+        .launch(pb::LaunchRequest {
+            run_id: "r1".into(),
+            kind: BASH as i32,
+            argv: vec![b"/bin/true".to_vec()],
+            timeout_seconds: 5,
+            host: None,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a launch with a linked .git/config must be refused");
+    assert!(err.message().contains("is a symlink"), "{}", err.message());
+}
+
+/// Issue 16, item 1: bubblewrap places each bind by path. Our init checks, inside the
+/// envelope and before the command, that every path bound inside the roots is reached
+/// with no link and that the read-only ones are: otherwise the command never runs.
+#[test]
+fn our_init_refuses_to_run_when_a_bound_path_is_not_as_bound() {
+    if !cc_tests::privileged("running bubblewrap") {
+        return;
+    }
+    let init = cc_tests::bin("cc-init");
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/usr", tmp.path().join("link")).unwrap();
+    let link = tmp.path().join("link");
+    let run = |checks: &[&str]| {
+        std::process::Command::new("bwrap")
+            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind"])
+            .arg(tmp.path())
+            .arg(tmp.path())
+            .args(["--unshare-pid", "--as-pid-1", "--"])
+            .arg(&init)
+            .args(checks)
+            .args(["--", "/bin/echo", "ran"])
+            .output()
+            .unwrap()
+    };
+    let tmp_path = tmp.path().to_str().unwrap();
+    let ok = run(&["--check-ro", "/usr", "--check-rw", tmp_path]);
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "ran\n", "{}", String::from_utf8_lossy(&ok.stderr));
+    for (checks, why) in [
+        (vec!["--check-ro", tmp_path], "is not read-only"),
+        (vec!["--check-rw", link.to_str().unwrap()], "is not where it was bound"),
+        (vec!["--check-ro", "/nonexistent-cc"], "is not where it was bound"),
+    ] {
+        let out = run(&checks);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{checks:?}: {stderr}");
+        assert!(out.stdout.is_empty() && stderr.contains(why) && stderr.contains("refusing to run"), "{stderr}");
+    }
+}
