@@ -34,7 +34,12 @@ fn prompt(f: &Fixture, run: &str, attack: &str) -> Output {
 
 /// The supervisor's peak resident memory so far, in KiB (`VmHWM`).
 fn supervisor_peak_kib(f: &Fixture) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", f.sup.child.id())).unwrap();
+    peak_kib(f.sup.child.id())
+}
+
+/// A process's peak resident memory so far, in KiB (`VmHWM`).
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/PID/status");
     line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("VmHWM in kB")
 }
@@ -143,4 +148,47 @@ fn a_runner_killed_mid_prompt_ends_that_prompt_with_a_reason_and_leaves_other_ru
     let shown = f.sup.ccctl_json(&["run", "show", &other]);
     assert_eq!((shown["state"].as_str(), shown["runner_pid"].as_u64()), (Some("running"), Some(other_runner)));
     assert_read_to_the_end(&f, &other, &prompt(&f, &other, "flood 3"), "flood 3");
+}
+
+/// What an attack costs, the attacking run pays: the 10 MiB lines are held by its
+/// runner, a process in the run's own memory cgroup, not by the supervisor; and an
+/// agent that grows past the run's memory limit is ended by the kernel inside that
+/// cgroup, its prompt told which limit it reached, and the run goes on.
+#[test]
+fn the_attacking_run_pays_for_its_attack_in_its_own_process_and_memory_limit() {
+    let (f, _) = world();
+    let out = f.sup.ccctl(&[
+        "run",
+        "start",
+        "--conversation",
+        &f.conversation,
+        "--adapter",
+        "claude-code-nosandbox",
+        "--memory-max",
+        "96M",
+    ]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let run = text(&out).0.trim().to_owned();
+    assert_read_to_the_end(&f, &run, &prompt(&f, &run, "flood 1"), "flood 1");
+    let runner = f.sup.ccctl_json(&["run", "show", &run])["runner_pid"].as_u64().unwrap() as u32;
+    let memory = cc_tests::runs::run_cgroups(&run).into_iter().find(|d| d.starts_with("/sys/fs/cgroup/memory"));
+    let memory = memory.expect("the run has a memory cgroup");
+    let members = std::fs::read_to_string(memory.join("cgroup.procs")).unwrap();
+    assert!(members.lines().any(|pid| pid == runner.to_string()), "the runner {runner} is the run's: {members}");
+
+    let (runner_before, supervisor_before) = (peak_kib(runner), supervisor_peak_kib(&f));
+    assert_read_to_the_end(&f, &run, &prompt(&f, &run, "long-lines 3 10"), "long-lines 3 10");
+    let runner_grew = peak_kib(runner).saturating_sub(runner_before);
+    let supervisor_grew = supervisor_peak_kib(&f).saturating_sub(supervisor_before);
+    assert!(runner_grew >= 8 << 10, "the runner held the 8 MiB it reads a line into: it grew {runner_grew} KiB");
+    assert!(supervisor_grew < 16 << 10, "the supervisor relayed, unread: it grew {supervisor_grew} KiB");
+
+    let out = prompt(&f, &run, "hog 400");
+    let stderr = text(&out).1;
+    assert!(stderr.contains("cc: the run reached its memory limit (96 MiB)"), "{out:?}");
+    let reached = f.run_events(&run, "limit_reached");
+    assert!(reached.iter().any(|r| r["limit"] == "memory"), "{reached:?}");
+    assert!(f.run_events(&run, "agent_result").iter().all(|r| r["result"] != "done hog 400"), "the hog was ended");
+    assert_eq!(f.sup.ccctl_json(&["run", "show", &run])["state"], "running");
+    assert_read_to_the_end(&f, &run, &prompt(&f, &run, "flood 2"), "flood 2");
 }

@@ -181,6 +181,13 @@ impl LiveRun {
         self.cgroup.get()
     }
 
+    /// The run's limit counters now, to tell at a launch's end which limit it reached.
+    pub fn watch_limits(&self) -> LimitWatch {
+        let cgroup = self.cgroup();
+        let before = cgroup.as_ref().map(RunCgroup::counters);
+        LimitWatch { cgroup, before, limits: self.limits }
+    }
+
     /// The runner's own pid, 0 while it starts or restarts.
     pub fn runner_pid(&self) -> u32 {
         match &*self.runner.borrow() {
@@ -224,6 +231,23 @@ impl LiveRun {
                 Err(RunError::RunnerUnavailable(format!("the run's runner is gone: {why}")))
             }
             _ => Err(RunError::RunnerUnavailable(runner::DID_NOT_START.into())),
+        }
+    }
+}
+
+/// A run's limit counters when a launch began ([`LiveRun::watch_limits`]).
+pub struct LimitWatch {
+    cgroup: Option<RunCgroup>,
+    before: Option<cc_host::cgroup::Counters>,
+    limits: limits::RunLimits,
+}
+
+impl LimitWatch {
+    /// Each limit the run reached since, by name, with the message for the caller.
+    pub fn reached(&self) -> Vec<(&'static str, String)> {
+        match (&self.cgroup, self.before) {
+            (Some(cgroup), Some(before)) => limits::reached(before, cgroup.counters(), &self.limits),
+            _ => Vec::new(),
         }
     }
 }

@@ -131,6 +131,7 @@ impl RunManager {
         // The run's process reads the output; its reading opens before the agent
         // starts, so a runner that cannot serve fails the prompt with no agent run.
         let reading = self.read_in_runner(&run).await?;
+        let limits = run.watch_limits();
         let launched = self.launch(&run, request, "claude-code").await?;
         // Room for bursts of a reading client; at most 256 events of at most 16 KiB held.
         let (tx, rx) = mpsc::channel(256);
@@ -139,6 +140,7 @@ impl RunManager {
             subject: format!("run:{}", run.record.id),
             run_id: run.record.id.clone(),
             on_host,
+            limits,
             out: tx,
             deadline,
             deadline_after,
@@ -182,6 +184,9 @@ struct Relay {
     subject: String,
     run_id: String,
     on_host: bool,
+    /// The run's limits when the agent started: an agent the kernel ended at one is
+    /// told so, with the limit's name.
+    limits: super::LimitWatch,
     out: mpsc::Sender<Result<pb::PromptRunResponse, Status>>,
     deadline: tokio::time::Instant,
     deadline_after: std::time::Duration,
@@ -298,8 +303,19 @@ impl Relay {
         }
     }
 
-    /// The last message, the exit, waits for the client up to the deadline.
+    /// The last message, the exit, waits for the client up to the deadline; a limit
+    /// the run reached during the prompt says so first, as the agent's last error
+    /// output and as an event naming the limit.
     async fn exited(&self, exit: sb::Exit) {
+        for (limit, message) in self.limits.reached() {
+            self.events.record("limit_reached", &self.subject, json!({ "limit": limit, "message": message }));
+            let stderr = Event::Stderr(format!("cc: {message}\n").into_bytes());
+            let _ = tokio::time::timeout_at(
+                self.deadline,
+                self.out.send(Ok(pb::PromptRunResponse { event: Some(stderr) })),
+            )
+            .await;
+        }
         let exit = pb::BashExit { code: exit.code, signal: exit.signal, timed_out: exit.timed_out, truncated: false };
         let mut payload = json!({ "code": exit.code, "signal": exit.signal, "timed_out": exit.timed_out });
         if self.on_host {

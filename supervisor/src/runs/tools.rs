@@ -409,7 +409,7 @@ impl RunManager {
         let events = self.events().clone();
         let subject = format!("run:{}", run.record.id);
         // The run's limit counters before the command, to tell one it reached.
-        let before = run.cgroup().map(|c| c.counters());
+        let limits = run.watch_limits();
         // sandboxd ends the command at its timeout; past that and a grace, sandboxd
         // itself is given up on (the stream is dropped, which kills the command if
         // sandboxd still can).
@@ -417,7 +417,6 @@ impl RunManager {
         let deadline = tokio::time::Instant::now() + deadline_after;
         let mut launched = self.launch(run, request, "bash").await?;
         let (tx, rx) = mpsc::channel(64);
-        let (cgroup, limits) = (run.cgroup(), run.limits);
         tokio::spawn(async move {
             let send = |event| {
                 let tx = tx.clone();
@@ -490,11 +489,9 @@ impl RunManager {
                         exited = true;
                         // A limit the run reached during the call says so, as the
                         // command's last output and as an event naming the limit.
-                        if let (Some(cgroup), Some(before)) = (&cgroup, before) {
-                            for (limit, message) in super::limits::reached(before, cgroup.counters(), &limits) {
-                                events.record("limit_reached", &subject, json!({ "limit": limit, "message": message }));
-                                let _ = send(Event::Stderr(format!("cc: {message}\n").into_bytes())).await;
-                            }
+                        for (limit, message) in limits.reached() {
+                            events.record("limit_reached", &subject, json!({ "limit": limit, "message": message }));
+                            let _ = send(Event::Stderr(format!("cc: {message}\n").into_bytes())).await;
                         }
                         send(Event::Exit(pb::BashExit {
                             code: exit.code,

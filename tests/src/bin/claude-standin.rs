@@ -9,6 +9,7 @@
 //! - `invalid-utf8`: a text message with bytes that are not UTF-8 in it;
 //! - `flood COUNT`: COUNT text messages;
 //! - `forged-result`: a tool result for a call it never made, then one for a call it made;
+//! - `hog MIB`: MIB MiB of its own memory, every page touched;
 //! - `wait SECONDS`: its init message, its pid in the model's name, then a pause.
 
 use std::io::Write;
@@ -70,6 +71,16 @@ fn main() {
             write(br#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_made","name":"Bash","input":{"command":"true"}}]}}"#);
             write(b"\n");
             write(result("toolu_made", "ok").as_bytes());
+            write(b"\n");
+        }
+        "hog" => {
+            // Memory the run's limit is there to stop: each page touched, so that it is
+            // resident and charged to the run's cgroup.
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..number(1) {
+                held.push(vec![1u8; 1 << 20]);
+            }
+            write(text(&format!("held {} MiB", held.len())).as_bytes());
             write(b"\n");
         }
         "wait" => {
