@@ -20,6 +20,13 @@ use crate::policy::RunPolicy;
 use crate::runs::{Runs, kill_group};
 use crate::violations::{Deduplicator, scan_line};
 
+/// A pipe is read in chunks of up to a pipe's default capacity: an agent that writes
+/// fast (a gigabyte of stream-json) costs each process it crosses a message per
+/// 64 KiB rather than per 16 KiB.
+const PIPE_CHUNK: usize = 64 * 1024;
+/// A terminal's output is read in smaller chunks: what a person sees comes sooner, and
+/// a terminal session's per-client queue is counted in them.
+const TERMINAL_CHUNK: usize = 16 * 1024;
 /// Violation reports per launch, at most.
 pub(crate) const MAX_VIOLATIONS: usize = 64;
 
@@ -82,10 +89,10 @@ impl Report {
         }
         let stderr_pipe = if native { Pipe::EnvelopeStderr } else { Pipe::Stderr };
         let stdout = match terminal {
-            Some(terminal) => Some(tokio::spawn(forward(terminal, tx.clone(), Pipe::Stdout))),
-            None => child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), Pipe::Stdout))),
+            Some(terminal) => Some(tokio::spawn(forward(terminal, tx.clone(), Pipe::Stdout, TERMINAL_CHUNK))),
+            None => child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), Pipe::Stdout, PIPE_CHUNK))),
         };
-        let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), stderr_pipe)));
+        let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), stderr_pipe, PIPE_CHUNK)));
         let limit = self.timeout_seconds;
         let timeout = async {
             if limit == 0 {
@@ -152,8 +159,8 @@ enum Pipe {
 }
 
 /// Forwards a pipe as chunks, and an envelope's stderr lines as violations too.
-async fn forward(mut pipe: impl AsyncRead + Unpin, tx: Sender, which: Pipe) {
-    let mut buffer = vec![0u8; 16 * 1024];
+async fn forward(mut pipe: impl AsyncRead + Unpin, tx: Sender, which: Pipe, chunk: usize) {
+    let mut buffer = vec![0u8; chunk];
     let mut partial: Vec<u8> = Vec::new();
     let mut dedup = Deduplicator::new(MAX_VIOLATIONS);
     let scan = which == Pipe::EnvelopeStderr;
