@@ -106,6 +106,9 @@ pub fn run() -> anyhow::Result<()> {
 struct Calls {
     reads: Vec<Duration>,
     statuses: Vec<Duration>,
+    /// ListHelpers: the supervisor alone. GetStatus also asks each helper for its own
+    /// status, so a sandboxd busy carrying the attacker's output shows in it too.
+    listings: Vec<Duration>,
     peak_rss_kib: u64,
 }
 
@@ -120,7 +123,7 @@ async fn calls(
     must_succeed: bool,
 ) -> anyhow::Result<Calls> {
     let mut client = cc_client::connect(socket).await?;
-    let mut out = Calls { reads: Vec::new(), statuses: Vec::new(), peak_rss_kib: 0 };
+    let mut out = Calls { reads: Vec::new(), statuses: Vec::new(), listings: Vec::new(), peak_rss_kib: 0 };
     loop {
         let t = Instant::now();
         read_four_kib(&mut client.runs, run).await?;
@@ -128,6 +131,9 @@ async fn calls(
         let t = Instant::now();
         client.system.get_status(pb::GetStatusRequest {}).await?;
         out.statuses.push(t.elapsed());
+        let t = Instant::now();
+        client.system.list_helpers(pb::ListHelpersRequest {}).await?;
+        out.listings.push(t.elapsed());
         out.peak_rss_kib = out.peak_rss_kib.max(vm_rss_kib(proc_dir).unwrap_or(0));
         let done = match attack.as_mut() {
             None => out.reads.len() >= QUIET_CALLS,
@@ -145,6 +151,7 @@ async fn calls(
 
 fn print_calls(what: &str, calls: &Calls, quiet: Option<&Calls>) {
     let (reads, statuses) = (stats(calls.reads.clone()), stats(calls.statuses.clone()));
+    let listings = stats(calls.listings.clone());
     let rss = calls.peak_rss_kib as f64 / 1024.0;
     println!(
         "{what:<20} supervisor peak RSS {rss:>6.1} MiB (target {RSS_TARGET_MIB}, ratio {:.3})  GetStatus p99 {:>7.3} ms (target {:.0}, ratio {:.3})",
@@ -153,6 +160,7 @@ fn print_calls(what: &str, calls: &Calls, quiet: Option<&Calls>) {
         ms(STATUS_P99_TARGET),
         statuses.p99.as_secs_f64() / STATUS_P99_TARGET.as_secs_f64()
     );
+    println!("{:<20} ListHelpers p99 {:>7.3} ms (the supervisor alone, no helper asked)", "", ms(listings.p99));
     let against = quiet.map(|q| stats(q.reads.clone()));
     println!(
         "{:<20} a quiet run's read median {:>7.3} ms  p99 {:>7.3} ms{}",
