@@ -329,7 +329,7 @@ impl Launcher {
         #[cfg(not(target_os = "macos"))]
         let denials = None;
         let report = Report { run_id: p.policy.run_id.clone(), envelope, timeout_seconds: request.timeout_seconds };
-        report.spawn(process, self.runs.clone(), next, tx, denials);
+        tokio::spawn(report.run(process, self.runs.clone(), next, tx, denials));
         Ok(events)
     }
 

@@ -63,18 +63,7 @@ impl Report {
     /// Reports `process` on `tx` until it exits, is timed out or its caller goes.
     /// `denials`: on macOS, the task forwarding Seatbelt's denials of its group
     /// (macOS reports them in its log, not to the command), ended with it.
-    pub fn spawn(
-        self,
-        process: Process,
-        runs: Arc<Runs>,
-        next: Option<Next>,
-        tx: Sender,
-        denials: Option<tokio::task::JoinHandle<()>>,
-    ) {
-        tokio::spawn(self.run(process, runs, next, tx, denials));
-    }
-
-    async fn run(
+    pub async fn run(
         self,
         process: Process,
         runs: Arc<Runs>,
