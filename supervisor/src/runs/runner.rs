@@ -4,8 +4,8 @@
 //! Launched like every envelope (trust rule: every process in a run's envelope is
 //! sandboxd's), interactively: the helper handshake (HELLO, the bootstrap with the
 //! runner's secret, READY) travels on the launch's stdio, and its end is the launch's
-//! exit. The supervisor no longer opens anything inside the run's roots or execs
-//! bubblewrap for it.
+//! exit. The supervisor opens none of the paths the runner's envelope binds and execs
+//! no bubblewrap for it.
 //!
 //! A runner that dies (a bug, the OOM killer at the run's memory limit, a kill -9, a
 //! sandboxd that died and took its envelopes with it) is launched again, with the
