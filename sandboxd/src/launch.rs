@@ -343,6 +343,10 @@ impl Launcher {
                 Some(program) if !program.is_empty() => PathBuf::from(OsStr::from_bytes(program)),
                 _ => self.runner.clone(),
             };
+            // By path, not by handle: the runner binary is the supervisor's to name (its
+            // trusted config's `runner`, or cc-runner beside it in the install directory,
+            // sent over our authenticated socket), never a path in a run's roots, which
+            // no agent-written tree can supply. It is bound read-only, outside the roots.
             if !program.is_absolute() || !program.is_file() {
                 let why = format!("the runner program {} must be an absolute path to a file", program.display());
                 return Err(LaunchError::BadRequest(why));
