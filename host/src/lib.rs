@@ -10,6 +10,8 @@
 //!   its links;
 //! * [`resolve`]: opening a path beneath a handle, by `openat2` or, where that call is
 //!   filtered or missing, by a walk with the same guarantee;
+//! * [`lock`], [`sd_notify`]: a service's hold on its data directory, and its word to
+//!   systemd that it is ready;
 //! * [`ServiceUser`], [`SYSTEM_PATH`], [`FIRST_BOUND_FD`], [`OPTIONS_FD`]: facts both sides must agree on.
 // Denied rather than forbidden: `cgroup::join`, `orphan` and `terminal::foreground`
 // allow it, each for one system call.
@@ -17,11 +19,13 @@
 
 pub mod beneath;
 pub mod cgroup;
+pub mod lock;
 pub mod microvm;
 pub mod orphan;
 pub mod probe;
 #[cfg(target_os = "linux")]
 pub mod resolve;
+pub mod sd_notify;
 pub mod terminal;
 
 /// The unprivileged user every launch, runner and provisioned copy belongs to when the

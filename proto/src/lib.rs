@@ -10,7 +10,9 @@
 //! * [`helper`]: the start-up sequence every helper process runs;
 //! * [`paths`]: the data directory's layout, which the daemon and its client share;
 //! * [`reasons`]: the `google.rpc.ErrorInfo` reasons of refusals a client tells apart;
-//! * [`time`]: `google.protobuf.Timestamp` to and from milliseconds.
+//! * [`time`]: `google.protobuf.Timestamp` to and from milliseconds;
+//! * `reflection` (feature `reflection`, the supervisor's only): gRPC server reflection
+//!   that lists exactly the services a socket serves.
 #![forbid(unsafe_code)]
 
 pub mod adapter;
@@ -23,6 +25,8 @@ pub mod helper;
 pub mod logging;
 pub mod paths;
 pub mod reasons;
+#[cfg(feature = "reflection")]
+pub mod reflection;
 pub mod secret;
 pub mod socket;
 pub mod time;

@@ -23,7 +23,7 @@ use crate::channels::{HelperChannels, SandboxdClientWithSecret};
 use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
 use crate::convert;
 use crate::events::EventLog;
-use crate::helpers::{Helper, HelperError, HelperKind, HelperSet, Snapshot};
+use crate::helpers::{Helper, HelperKind, HelperSet, Snapshot};
 use crate::ids::{ConversationId, IdKind, RunId};
 use crate::runs::RunManager;
 use cc_host::probe::ProbeResult;
@@ -80,19 +80,6 @@ impl SupervisorApi {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(status)) => Err(status.message().to_owned()),
             Err(_) => Err(format!("no answer within {HELPER_CHECK_TIMEOUT:?}")),
-        }
-    }
-}
-
-impl From<HelperError> for Status {
-    fn from(e: HelperError) -> Status {
-        let message = e.to_string();
-        match e {
-            HelperError::Unknown(name) => {
-                reasons::refusal(Code::InvalidArgument, message, reasons::HELPER_NOT_FOUND, &[("name", name)])
-            }
-            HelperError::StartFailed { name, .. } => reasons::helper_unavailable(message, name),
-            HelperError::ShuttingDown => Status::unavailable(message),
         }
     }
 }

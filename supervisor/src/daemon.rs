@@ -33,7 +33,7 @@ use crate::conversations::Conversations;
 use crate::events::EventLog;
 use crate::gate::service::GateService;
 use crate::gate::{Gate, GateError};
-use crate::helpers::{HelperKind, HelperLaunch, HelperSet, ProcessTimeouts, SuperviseEnv};
+use crate::helpers::{HelperKind, HelperLaunch, HelperSet, SuperviseEnv};
 use crate::lock::{DataDirLock, LockError};
 use crate::paths::{DataDir, DataDirError};
 use crate::reflection;
@@ -243,7 +243,6 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         data_dir: data.root().to_owned(),
         log_format: options.log_format,
     });
-    let restart = config.restart.clone();
     let helpers = Arc::new(HelperSet::start(launches, env)?);
     let channels = Arc::new(HelperChannels::new(helpers.clone(), config.deadlines.helper_call()));
     crate::health::watch(channels.clone(), config.deadlines.clone(), events.clone());
@@ -266,7 +265,6 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         deadlines: config.deadlines.clone(),
         restart: config.restart.clone(),
         log_format: options.log_format,
-        timeouts: ProcessTimeouts { ready: restart.ready_timeout(), stop: restart.stop_timeout() },
         enveloped: probe.backend == Backend::Native,
         egress: std::sync::RwLock::new(Arc::new(config.egress.clone())),
     });

@@ -28,7 +28,6 @@ mod lifecycle;
 pub use cc_config::limits;
 pub mod product_tools;
 pub mod prompt;
-pub mod record;
 mod runner;
 pub mod service;
 pub mod tools;
@@ -55,15 +54,15 @@ use crate::conversations::{Conversations, RunPaths};
 use crate::convert::path_bytes;
 use crate::events::EventLog;
 use crate::gate::Gate;
-use crate::helpers::{HelperKind, ProcessTimeouts};
+use crate::helpers::HelperKind;
 use crate::ids::{ConversationId, RunId};
 use crate::paths::DataDir;
 use crate::store::Store;
 use cc_config::RunsConfig;
 use cc_host::cgroup::{Enforcement, RunCgroup};
 use cc_proto::common::v1::Adapter;
+pub use cc_store::runs::{RunRecord, RunState};
 pub use error::RunError;
-pub use record::{RunRecord, RunState};
 
 pub type RunnerClientWithSecret = RunnerClient<InterceptedService<Channel, PresentSecret>>;
 
@@ -271,11 +270,10 @@ pub struct RunEnv {
     /// How run limits are enforced on this host.
     pub enforcement: Arc<Enforcement>,
     pub deadlines: cc_config::Deadlines,
-    /// A dead runner is started again with this backoff and budget, as helpers are.
+    /// A dead runner is started again with this backoff and budget, as helpers are;
+    /// its handshake has the helpers' ready timeout. It is stopped by dropping its launch.
     pub restart: cc_config::RestartPolicy,
     pub log_format: LogFormat,
-    /// For the runner's handshake and its stop.
-    pub timeouts: ProcessTimeouts,
     /// Runs' commands run in envelopes, whose only way out is their bridges.
     pub enveloped: bool,
     /// The configuration's part of runs' network allowlists (`[egress]`): replaced

@@ -195,7 +195,7 @@ impl RunManager {
         let (events, input) = self.launch_interactive(run, launch, "runner").await?;
         let mut output = LaunchOutput { events, backend: None, pid: None, stdout: Vec::new() };
         let secret = PeerSecret::generate().map_err(|e| RunError::Internal(e.to_string()))?;
-        let ready = self.env.timeouts.ready;
+        let ready = self.env.restart.ready_timeout();
         let handshake = async {
             // The bootstrap (and its secret) is written only once the runner has said
             // it is non-dumpable.

@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn only_the_served_services_files_and_their_imports_are_kept() {
-        let set = FileDescriptorSet::decode(cc_proto::FILE_DESCRIPTOR_SET).unwrap();
+        let set = FileDescriptorSet::decode(crate::FILE_DESCRIPTOR_SET).unwrap();
         let kept = served_files(set, &["cc.supervisor.v1.Runs"]).unwrap();
         let names: Vec<&str> = kept.file.iter().map(|f| f.name()).collect();
         assert!(names.contains(&"cc/supervisor/v1/runs.proto"), "{names:?}");
@@ -122,7 +122,7 @@ mod tests {
                 assert!(names[..i].contains(&dependency.as_str()), "{} before {dependency}", file.name());
             }
         }
-        let set = FileDescriptorSet::decode(cc_proto::FILE_DESCRIPTOR_SET).unwrap();
+        let set = FileDescriptorSet::decode(crate::FILE_DESCRIPTOR_SET).unwrap();
         assert!(matches!(served_files(set, &["cc.nope.v1.Nope"]), Err(ReflectionError::Undeclared(_))));
     }
 }

@@ -29,7 +29,7 @@ pub use cc_proto::helper::HelperKind;
 /// How long a helper-protocol process may take to say READY, and the grace it gets
 /// between SIGTERM and SIGKILL when it is stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcessTimeouts {
+pub(crate) struct ProcessTimeouts {
     pub ready: Duration,
     pub stop: Duration,
 }
@@ -523,6 +523,23 @@ fn record_exit(
         payload["killed_because"] = why.into();
     }
     env.events.record("helper_exited", &helper.subject(), payload);
+}
+
+/// At the RPC edge: which refusal a client can tell apart.
+impl From<HelperError> for tonic::Status {
+    fn from(e: HelperError) -> tonic::Status {
+        let message = e.to_string();
+        match e {
+            HelperError::Unknown(name) => cc_proto::reasons::refusal(
+                tonic::Code::InvalidArgument,
+                message,
+                cc_proto::reasons::HELPER_NOT_FOUND,
+                &[("name", name)],
+            ),
+            HelperError::StartFailed { name, .. } => cc_proto::reasons::helper_unavailable(message, name),
+            HelperError::ShuttingDown => tonic::Status::unavailable(message),
+        }
+    }
 }
 
 #[cfg(test)]
