@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cc_proto::common::v1::{EnvelopeKind, HelperStatus, SandboxBackend};
+use cc_proto::common::v1::{EnvelopeKind, SandboxBackend};
 use cc_proto::reasons;
 use cc_proto::sandboxd::v1 as sb;
 use cc_proto::supervisor::v1 as pb;
@@ -23,7 +23,7 @@ use crate::channels::{HelperChannels, SandboxdClientWithSecret};
 use crate::conversations::{ConversationError, Conversations, ProvisionEvent};
 use crate::convert;
 use crate::events::EventLog;
-use crate::helpers::{Helper, HelperKind, HelperSet, Snapshot};
+use crate::helpers::{Answer, Helper, HelperKind, HelperSet, Snapshot};
 use crate::ids::{ConversationId, IdKind, RunId};
 use crate::runs::RunManager;
 use cc_host::probe::ProbeResult;
@@ -41,6 +41,7 @@ pub struct SupervisorApi {
     channels: Arc<HelperChannels>,
     runs: Arc<RunManager>,
     reloader: Arc<crate::reload::Reloader>,
+    answer_max_age: Duration,
 }
 
 /// What the client API serves from, as the daemon assembled it.
@@ -53,13 +54,37 @@ pub struct ApiParts {
     pub conversations: Arc<Conversations>,
     pub runs: Arc<RunManager>,
     pub reloader: Arc<crate::reload::Reloader>,
+    /// How old a helper's last answer to a health check may be and still be reported
+    /// by `GetStatus` without asking again: one check interval and one check's deadline.
+    pub answer_max_age: Duration,
 }
 
 impl SupervisorApi {
     pub fn new(parts: ApiParts) -> Self {
-        let ApiParts { started_unix_ms, data_dir, probe, channels, events, conversations, runs, reloader } = parts;
+        let ApiParts {
+            started_unix_ms,
+            data_dir,
+            probe,
+            channels,
+            events,
+            conversations,
+            runs,
+            reloader,
+            answer_max_age,
+        } = parts;
         let helpers = channels.helpers().clone();
-        Self { started_unix_ms, data_dir, probe, helpers, events, conversations, channels, runs, reloader }
+        Self {
+            started_unix_ms,
+            data_dir,
+            probe,
+            helpers,
+            events,
+            conversations,
+            channels,
+            runs,
+            reloader,
+            answer_max_age,
+        }
     }
 
     /// Runs blocking registry or filesystem work off the async threads.
@@ -74,10 +99,15 @@ impl SupervisorApi {
         }
     }
 
-    /// Asks the helper itself, over its socket and with its secret, who it is.
-    async fn check_helper(&self, helper: &Helper, pid: u32) -> Result<HelperStatus, String> {
+    /// Process `pid`'s answer: the health checks' last one when it is recent, else a
+    /// new one. Under a run that keeps both cores busy, a round trip to each helper is
+    /// most of what a live `GetStatus` costs, and the health checks already make them.
+    async fn check_helper(&self, helper: &Helper, pid: u32) -> Result<Answer, String> {
+        if let Some(answer) = helper.recent_answer(pid, self.answer_max_age) {
+            return Ok(answer);
+        }
         match tokio::time::timeout(HELPER_CHECK_TIMEOUT, self.channels.status_of(helper, pid)).await {
-            Ok(Ok(status)) => Ok(status),
+            Ok(Ok(status)) => Ok(helper.remember_answer(pid, status)),
             Ok(Err(status)) => Err(status.message().to_owned()),
             Err(_) => Err(format!("no answer within {HELPER_CHECK_TIMEOUT:?}")),
         }
@@ -100,6 +130,7 @@ fn helper_info(helper: &Helper, snapshot: Snapshot) -> pb::Helper {
         serving: false,
         reported: None,
         problem: String::new(),
+        check_time: None,
     }
 }
 
@@ -113,12 +144,14 @@ impl System for SupervisorApi {
             let mut info = helper_info(helper, helper.snapshot());
             if info.pid != 0 {
                 match self.check_helper(helper, info.pid).await {
-                    Ok(reported) => {
+                    Ok(answer) => {
+                        let reported = answer.status;
                         info.serving = reported.pid == info.pid;
                         if !info.serving {
                             info.problem = format!("socket answered as pid {}, expected {}", reported.pid, info.pid);
                         }
                         info.reported = Some(reported);
+                        info.check_time = Some(timestamp(answer.at_unix_ms));
                     }
                     Err(problem) => info.problem = problem,
                 }

@@ -303,6 +303,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         conversations,
         runs: runs.clone(),
         reloader,
+        answer_max_age: config.deadlines.health_interval() + config.deadlines.health_timeout(),
     }));
     let max = MAX_MESSAGE_BYTES;
     let system = SystemServer::from_arc(api.clone()).max_decoding_message_size(max);

@@ -38,7 +38,8 @@ async fn check_forever(
             continue;
         };
         let answered = tokio::time::timeout(deadlines.health_timeout(), channels.status_of(&helper, pid)).await;
-        if matches!(answered, Ok(Ok(_))) {
+        if let Ok(Ok(status)) = &answered {
+            helper.remember_answer(pid, status.clone());
             misses = (pid, 0);
             continue;
         }

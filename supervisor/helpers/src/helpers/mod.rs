@@ -134,8 +134,19 @@ pub struct Helper {
     /// New for every process: a secret learned from one process dies with it.
     secret: Mutex<PeerSecret>,
     snapshot: Mutex<Snapshot>,
+    /// The last answer to a status check, by any caller: see [`Helper::recent_answer`].
+    last_answer: Mutex<Option<Answer>>,
     control: mpsc::Sender<Control>,
     changed: watch::Sender<u64>,
+}
+
+/// What a helper process said of itself when it was last asked, and when.
+#[derive(Clone)]
+pub struct Answer {
+    pub pid: u32,
+    pub at: Instant,
+    pub at_unix_ms: i64,
+    pub status: cc_proto::common::v1::HelperStatus,
 }
 
 impl Helper {
@@ -154,6 +165,25 @@ impl Helper {
     }
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Keeps what process `pid` answered to a status check just now, and returns it.
+    pub fn remember_answer(&self, pid: u32, status: cc_proto::common::v1::HelperStatus) -> Answer {
+        let answer = Answer { pid, at: Instant::now(), at_unix_ms: unix_ms(SystemTime::now()), status };
+        match self.last_answer.lock() {
+            Ok(mut last) => *last = Some(answer.clone()),
+            Err(p) => *p.into_inner() = Some(answer.clone()),
+        }
+        answer
+    }
+
+    /// Process `pid`'s last answer, if it came within `max_age`. What a helper says of
+    /// itself (version, pid, hardening, start) is fixed for its process's life, so a
+    /// recent answer is as good as a new one, and costs no round trip to a helper that
+    /// a busy run may be keeping slow.
+    pub fn recent_answer(&self, pid: u32, max_age: Duration) -> Option<Answer> {
+        let last = self.last_answer.lock().map(|a| a.clone()).unwrap_or_else(|p| p.into_inner().clone())?;
+        (last.pid == pid && last.at.elapsed() < max_age).then_some(last)
     }
 
     /// Resolves at the helper's next change of state (any helper's, in fact: they share
@@ -254,6 +284,7 @@ impl HelperSet {
                     restarts: 0,
                     last_exit: None,
                 }),
+                last_answer: Mutex::new(None),
                 control,
                 changed: changed_tx.clone(),
             });
@@ -561,7 +592,29 @@ mod tests {
         let snapshot = Snapshot { pid: None, state, restarts: 0, last_exit: None };
         let secret = Mutex::new(PeerSecret::generate().unwrap());
         let reconcile = Mutex::default();
-        (Arc::new(Helper { launch, reconcile, secret, snapshot: Mutex::new(snapshot), control, changed }), control_rx)
+        (
+            Arc::new(Helper {
+                launch,
+                reconcile,
+                secret,
+                snapshot: Mutex::new(snapshot),
+                last_answer: Mutex::new(None),
+                control,
+                changed,
+            }),
+            control_rx,
+        )
+    }
+
+    #[test]
+    fn a_remembered_answer_stands_only_for_its_own_process_and_only_while_recent() {
+        let (helper, _control) = helper(HelperState::Running);
+        assert!(helper.recent_answer(10, Duration::from_secs(60)).is_none(), "nothing asked yet");
+        let status = cc_proto::common::v1::HelperStatus { pid: 10, ..Default::default() };
+        helper.remember_answer(10, status);
+        assert_eq!(helper.recent_answer(10, Duration::from_secs(60)).map(|a| a.status.pid), Some(10));
+        assert!(helper.recent_answer(11, Duration::from_secs(60)).is_none(), "a new process must answer itself");
+        assert!(helper.recent_answer(10, Duration::ZERO).is_none(), "an old answer is asked again");
     }
 
     #[tokio::test]
