@@ -273,7 +273,7 @@ impl RigManager {
             }
             t => t,
         };
-        self.runs.judge_command(&rig.run, command_line).await?;
+        self.runs.tools().judge_command(&rig.run, command_line).await?;
         let argv = vec![b"/bin/sh".to_vec(), b"-c".to_vec(), command_line.as_bytes().to_vec()];
         let start = sb::ExecVmStart {
             vm_id: rig.vm_id.clone(),

@@ -40,8 +40,9 @@ use tonic::Status;
 use super::acp;
 use super::acp_terminal::Terminals;
 use super::agent_events::{AgentEvent, PromptBudget};
-use super::tools::{Described, gate_path};
-use super::{LiveRun, RunError, RunManager};
+use super::prompt::Prompts;
+use super::tools::{Described, ToolCalls, gate_path};
+use super::{LiveRun, RunError};
 use crate::events::PromptScope;
 use crate::ids::RunId;
 
@@ -126,7 +127,7 @@ struct Current {
 
 /// What the link's tasks share.
 struct Shared {
-    manager: Arc<RunManager>,
+    tools: ToolCalls,
     run_id: RunId,
     subject: String,
     current: Mutex<Option<Current>>,
@@ -162,12 +163,12 @@ impl Shared {
         let mut current = self.lock_current();
         match current.as_mut() {
             Some(current) => {
-                current.budget.record(self.manager.events(), &self.subject, &event);
+                current.budget.record(self.tools.runs.events(), &self.subject, &event);
                 let step = Some(Event::AgentEvent(event.to_wire()));
                 let _ = current.job.out.try_send(Ok(pb::PromptRunResponse { event: step }));
             }
             // Between prompts (an idle agent's words): the run's budget still counts.
-            None => self.manager.events().record(event.kind.name(), &self.subject, event.payload),
+            None => self.tools.runs.events().record(event.kind.name(), &self.subject, event.payload),
         }
     }
 
@@ -195,11 +196,11 @@ impl Shared {
     }
 
     fn live(&self) -> Result<Arc<LiveRun>, String> {
-        self.manager.require_live(&self.run_id).map_err(run_error)
+        self.tools.runs.require_live(&self.run_id).map_err(run_error)
     }
 
     async fn call(&self, tool: pb::call_tool_request::Tool) -> Result<tools::ToolResult, String> {
-        let mut events = self.manager.call_tool(&self.run_id, Some(tool)).await.map_err(run_error)?;
+        let mut events = self.tools.call_tool(&self.run_id, Some(tool)).await.map_err(run_error)?;
         match events.next().await {
             Some(Ok(pb::CallToolResponse { event: Some(ToolEvent::Result(result)) })) => Ok(result),
             Some(Err(status)) => Err(format!("Control Center: {}", status.message())),
@@ -221,7 +222,7 @@ impl Shared {
             }
             Ask::TerminalCreate(create) => self
                 .terminals
-                .create(&self.manager, &self.run_id, create.command_line, create.output_byte_limit)
+                .create(&self.tools, &self.run_id, create.command_line, create.output_byte_limit)
                 .await
                 .map(Answer::TerminalId),
             Ask::TerminalOutput(id) => self.terminals.output(&id).map(Answer::TerminalOutput),
@@ -280,7 +281,7 @@ impl Shared {
             return Err(format!("Control Center: the {tool} request names over {MAX_PERMISSION_PATHS} paths"));
         }
         let described = Described { tool, paths, command_line: asked.command_line, domains: asked.domains };
-        Ok(match self.manager.ask_gate(&run, &described, true).await {
+        Ok(match self.tools.ask_gate(&run, &described, true).await {
             Ok(()) => rn::GateAnswer { allowed: true, reason: "allowed by Control Center".into() },
             Err(e) => rn::GateAnswer { allowed: false, reason: run_error(e) },
         })
@@ -312,7 +313,7 @@ async fn pump(
             Some(LaunchEvent::Violation(v)) => {
                 let payload =
                     json!({ "attempted": v.attempted, "blocked_by": v.blocked_by, "line": v.line, "tool": "acp" });
-                shared.manager.events().record("sandbox_violation", &shared.subject, payload);
+                shared.tools.runs.events().record("sandbox_violation", &shared.subject, payload);
             }
             Some(LaunchEvent::Exit(e)) => {
                 let how = match acp::exit_of(e.code, e.signal, enveloped) {
@@ -321,7 +322,7 @@ async fn pump(
                     (None, None) => "status unknown".into(),
                 };
                 let payload = json!({ "code": e.code, "signal": e.signal });
-                shared.manager.events().record("agent_exited", &shared.subject, payload);
+                shared.tools.runs.events().record("agent_exited", &shared.subject, payload);
                 break format!("exited ({how})");
             }
             Some(LaunchEvent::Envelope(_) | LaunchEvent::ProcessId(_)) | None => {}
@@ -375,7 +376,7 @@ async fn link(
                     timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
                 };
                 let deadline = tokio::time::Instant::now() + job.timeout + END_GRACE;
-                let records = shared.manager.events().prompt_scope(shared.run_id.as_str());
+                let records = shared.tools.runs.events().prompt_scope(shared.run_id.as_str());
                 *shared.lock_current() = Some(Current {
                     id: next_prompt, job, budget: PromptBudget::default(), stderr_sent: 0,
                     caller_gone_told: false, deadline, _records: records,
@@ -481,14 +482,9 @@ fn prompt_ended(shared: &Shared, end: rn::AcpPromptEnd) {
 
 type Events = ReceiverStream<Result<pb::PromptRunResponse, Status>>;
 
-impl RunManager {
+impl Prompts {
     /// A prompt to the run's ACP agent, started first if it is not running.
-    pub(super) async fn prompt_acp(
-        self: &Arc<Self>,
-        run: &Arc<LiveRun>,
-        text: String,
-        timeout: u32,
-    ) -> Result<Events, RunError> {
+    pub(super) async fn prompt_acp(&self, run: &Arc<LiveRun>, text: String, timeout: u32) -> Result<Events, RunError> {
         let session = run.agent.0.clone().try_lock_owned().map_err(|_| RunError::AgentBusy(run.run_id.clone()))?;
         let jobs = {
             let link = run.acp.lock().unwrap_or_else(|p| p.into_inner());
@@ -516,10 +512,10 @@ impl RunManager {
 
     /// Opens the runner's client first (a runner that cannot serve fails the prompt
     /// with no agent started), then launches the agent.
-    async fn start_acp(self: &Arc<Self>, run: &LiveRun) -> Result<AcpLink, RunError> {
+    async fn start_acp(&self, run: &LiveRun) -> Result<AcpLink, RunError> {
         let argv = acp::agent_argv(&run.agent_command).map_err(RunError::Precondition)?;
-        let mut runner = run.ready_runner(self.deadlines().runner_call()).await?;
-        let helpers = self.agent_helpers(&run.record.id, false);
+        let mut runner = run.ready_runner(self.runs.deadlines().runner_call()).await?;
+        let helpers = self.runs.agent_helpers(&run.record.id, false);
         let start = rn::AcpStart {
             cwd: run.record.work_dir.to_string_lossy().into_owned(),
             mcp_name: super::hook::MCP_SERVER_NAME.into(),
@@ -529,10 +525,11 @@ impl RunManager {
         let (to_runner, to_runner_rx) = mpsc::channel(16);
         let _ = to_runner.send(rn::DriveAcpAgentRequest { input: Some(ToRunner::Start(start)) }).await;
         let opened = runner.drive_acp_agent(ReceiverStream::new(to_runner_rx));
-        let from_runner = crate::channels::within("runner", "DriveAcpAgent", self.deadlines().runner_call(), opened)
-            .await
-            .map_err(RunError::Helper)?
-            .into_inner();
+        let from_runner =
+            crate::channels::within("runner", "DriveAcpAgent", self.runs.deadlines().runner_call(), opened)
+                .await
+                .map_err(RunError::Helper)?
+                .into_inner();
         let launch = sb::LaunchRequest {
             run_id: run.record.id.clone(),
             kind: EnvelopeKind::Overlay as i32,
@@ -542,9 +539,9 @@ impl RunManager {
             host: None,
             ..Default::default()
         };
-        let (launched, agent_stdin) = self.launch_interactive(run, launch, "acp").await?;
+        let (launched, agent_stdin) = self.runs.launch_interactive(run, launch, "acp").await?;
         let shared = Arc::new(Shared {
-            manager: self.clone(),
+            tools: self.runs.tools(),
             run_id: run.run_id.clone(),
             subject: format!("run:{}", run.record.id),
             current: Mutex::default(),
@@ -554,7 +551,7 @@ impl RunManager {
         });
         let gone = shared.gone.subscribe();
         let pumped = shared.clone();
-        let pump = tokio::spawn(pump(launched, to_runner.clone(), pumped, self.env.enveloped));
+        let pump = tokio::spawn(pump(launched, to_runner.clone(), pumped, self.runs.env.enveloped));
         let (jobs, jobs_rx) = mpsc::channel(1);
         tokio::spawn(async move {
             let why = link(shared.clone(), from_runner, to_runner, agent_stdin, jobs_rx).await;
@@ -572,7 +569,7 @@ impl RunManager {
             shared.lock_current().take();
             if why != RUN_ENDED {
                 let payload = json!({ "reason": reason, "error": why });
-                shared.manager.events().record("agent_disconnected", &shared.subject, payload);
+                shared.tools.runs.events().record("agent_disconnected", &shared.subject, payload);
             }
         });
         Ok(AcpLink { jobs, gone })

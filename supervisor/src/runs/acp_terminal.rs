@@ -17,9 +17,9 @@ use cc_proto::supervisor::v1::call_tool_response::Event as ToolEvent;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_stream::StreamExt;
 
-use super::RunManager;
 use super::acp::{self, OutputTail};
 use super::acp_link::run_error;
+use super::tools::ToolCalls;
 use crate::ids::RunId;
 
 /// Terminals a run's agent holds at once (released ones do not count).
@@ -65,7 +65,7 @@ impl Terminals {
     /// agent's `terminal/create`; the gate judges it as any bash command line.
     pub async fn create(
         &self,
-        manager: &Arc<RunManager>,
+        tools: &ToolCalls,
         run_id: &RunId,
         command_line: String,
         output_byte_limit: Option<u64>,
@@ -74,10 +74,10 @@ impl Terminals {
         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
             return Err(format!("Control Center: at most {MAX_TERMINALS} terminals at once; release one"));
         };
-        let mut events = manager.terminal_command(run_id, line).await.map_err(run_error)?;
-        let most = usize::try_from(manager.config().bash_output_cap_bytes).unwrap_or(usize::MAX);
+        let mut events = tools.terminal_command(run_id, line).await.map_err(run_error)?;
+        let most = usize::try_from(tools.runs.config().bash_output_cap_bytes).unwrap_or(usize::MAX);
         // Under an envelope our init reports a command killed by a signal as a shell does.
-        let enveloped = manager.env.enveloped;
+        let enveloped = tools.runs.env.enveloped;
         let terminal = Arc::new(Terminal {
             output: Mutex::new(OutputTail::new(output_byte_limit, most)),
             exit: watch::channel(None).0,

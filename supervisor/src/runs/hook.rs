@@ -11,8 +11,9 @@ use cc_proto::agent::v1::tool_use::Input;
 use cc_proto::common::v1::Decision;
 use std::path::Path;
 
+use super::RunError;
+use super::tools::ToolCalls;
 use super::tools::{Described, gate_path};
-use super::{RunError, RunManager};
 use crate::ids::RunId;
 
 /// The run's agent socket, in its gateway directory beside the git door.
@@ -75,11 +76,11 @@ pub fn describe(tool_use: &ToolUse, work_dir: &Path) -> Hooked {
     }
 }
 
-impl RunManager {
+impl ToolCalls {
     /// The gate's answer to one of the agent's tool calls: allow or deny, with the
     /// reason the agent is shown. Only a run that is not live is an error.
     pub async fn decide_tool_use(&self, run_id: &RunId, tool_use: &ToolUse) -> Result<(Decision, String), RunError> {
-        let run = self.require_live(run_id)?;
+        let run = self.runs.require_live(run_id)?;
         let described = match describe(tool_use, &run.record.work_dir) {
             Hooked::Gate(described) => described,
             Hooked::OwnTool => return Ok((Decision::Allow, "a Control Center tool: it asks its own gate".into())),

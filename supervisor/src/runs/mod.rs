@@ -1,17 +1,28 @@
 //! Runs: one agent execution in a conversation (DESIGN.md §2, §10).
 //!
+//! Three types, one per responsibility, over one set of live runs:
+//! - [`RunManager`] holds the live runs and what they share (this module), starts and
+//!   finishes them ([`lifecycle`], with the runner's life in [`runner`] and the helpers'
+//!   registrations in `credentials.rs` and `git_gateway.rs`), and launches every
+//!   process of theirs through sandboxd (`launch.rs`);
+//! - [`tools::ToolCalls`]: a run's tool calls, each judged by the gate first (the
+//!   harness's, an agent's hook's, the product's tools, an ACP agent's terminals);
+//! - [`prompt::Prompts`]: a run's prompts to its agent, Claude Code's and an ACP
+//!   agent's.
+//!
 //! Starting a run, in order: the conversation's paths are resolved and the agent's
 //! directories made; the run's policy is registered with sandboxd; the row is written
 //! (`starting`) and `run_started` recorded; then, in the background, the run's runner is
-//! started (the helper handshake: HELLO, bootstrap with its roots and a secret of its
-//! own, READY) and reached only at its pid, and the run is `running`. A failure before
-//! the row undoes the steps before it; a runner that does not start fails the run.
+//! launched by sandboxd (the helper handshake on the launch's stdio: HELLO, bootstrap
+//! with its roots and a secret of its own, READY) and reached only at its pid, and the
+//! run is `running`. A failure before the row undoes the steps before it; a runner that
+//! does not start fails the run.
 //!
-//! One task per run owns the runner process and waits on it: a runner that exits on its
-//! own fails the run; a stop request kills it. Either way [`RunManager::finish`]
+//! One task per run owns the runner's launch and waits on it: a runner that exits is
+//! started again after the backoff, until the restart budget is spent and the run
+//! fails; a stop request drops the launch. Either way [`RunManager::finish`]
 //! unregisters the run from sandboxd (which kills every process of it), removes the
-//! runner's socket and records `run_ended` with the reason. Both live in [`lifecycle`];
-//! this module holds the manager's state and what a live run is.
+//! runner's socket and records `run_ended` with the reason.
 
 pub mod acp;
 mod acp_link;
@@ -24,6 +35,7 @@ pub mod error;
 pub mod git_gateway;
 mod gitconfig;
 pub mod hook;
+mod launch;
 mod lifecycle;
 pub use cc_config::limits;
 pub mod product_tools;

@@ -7,7 +7,7 @@
 //! this one issues write, revoked once GitHub has answered, for the rest.
 //!
 //! Pure here: what GitHub is sent for each call ([`github_request`]). The calls are
-//! below, in [`RunManager::call_product_tool`].
+//! below, in [`ToolCalls::call_product_tool`].
 
 use std::collections::BTreeSet;
 
@@ -17,7 +17,8 @@ use cc_proto::broker::v1 as bk;
 use serde_json::{Value, json};
 
 use super::git_gateway::GitHubRepo;
-use super::{LiveRun, RunError, RunManager};
+use super::tools::ToolCalls;
+use super::{LiveRun, RunError};
 use crate::gate::Request as GateRequest;
 use crate::ids::RunId;
 
@@ -143,13 +144,13 @@ fn refused(message: impl Into<String>) -> ProductToolResult {
     ProductToolResult { ok: false, message: message.into(), ..Default::default() }
 }
 
-impl RunManager {
+impl ToolCalls {
     pub async fn call_product_tool(
         &self,
         run_id: &RunId,
         call: ProductToolCall,
     ) -> Result<ProductToolResult, RunError> {
-        let run = self.require_live(run_id)?;
+        let run = self.runs.require_live(run_id)?;
         let Some(call) = call.call else { return Ok(refused("the call names no tool")) };
         let repo = match repository(call_repository(&call), &run.github_repositories) {
             Ok(repo) => repo.clone(),
@@ -178,7 +179,7 @@ impl RunManager {
             }
         }
         let result = self.write_github(&run, &request).await;
-        self.events().record(
+        self.runs.events().record(
             "product_tool",
             &format!("run:{}", run.record.id),
             json!({
@@ -211,7 +212,7 @@ impl RunManager {
             run_id: run.record.id.clone(),
             summary: request.summary.clone(),
         };
-        let decided = self.gate().decide(asked).await;
+        let decided = self.runs.gate().decide(asked).await;
         match decided.decision {
             Decision::Allow => Ok(()),
             _ => Err(format!("Control Center policy: {}", decided.reason)),
@@ -226,7 +227,7 @@ impl RunManager {
             Ok(token) => token,
             Err(why) => return refused(format!("no credential for {}: {why}", request.repository)),
         };
-        let url = format!("{}{}", self.config().github_api_url.trim_end_matches('/'), request.path);
+        let url = format!("{}{}", self.runs.config().github_api_url.trim_end_matches('/'), request.path);
         let client = match reqwest::Client::builder().timeout(GITHUB_DEADLINE).build() {
             Ok(c) => c,
             Err(e) => return refused(format!("cannot make an HTTPS client: {e}")),
@@ -266,8 +267,8 @@ impl RunManager {
 
     /// The token and, for a one-write issues token, its lease (to revoke).
     async fn github_token(&self, run: &str, repository: &str, issues: bool) -> Result<(String, Option<i64>), String> {
-        let mut broker = self.channels().broker().await.map_err(|s| s.message().to_owned())?;
-        let channels = self.channels().clone();
+        let mut broker = self.runs.channels().broker().await.map_err(|s| s.message().to_owned())?;
+        let channels = self.runs.channels().clone();
         let helper = crate::helpers::HelperKind::Broker;
         if issues {
             let call = broker.issue_write_token(bk::IssueWriteTokenRequest {
@@ -287,9 +288,9 @@ impl RunManager {
 
     async fn revoke_issues_token(&self, run: &str, lease_id: i64) {
         let revoke = async {
-            let mut broker = self.channels().broker().await?;
+            let mut broker = self.runs.channels().broker().await?;
             let call = broker.revoke_write_token(bk::RevokeWriteTokenRequest { run_id: run.to_owned(), lease_id });
-            self.channels().within(crate::helpers::HelperKind::Broker, "RevokeWriteToken", call).await
+            self.runs.channels().within(crate::helpers::HelperKind::Broker, "RevokeWriteToken", call).await
         };
         if let Err(e) = revoke.await {
             tracing::warn!(run, lease = lease_id, error = %e.message(), "an issues token was not revoked now; the run's end revokes it");

@@ -72,14 +72,25 @@ fn host_environment(run: &super::LiveRun) -> std::collections::HashMap<String, S
 
 type Events = ReceiverStream<Result<pb::PromptRunResponse, Status>>;
 
+/// A run's prompts to its agent: Claude Code's, launched per prompt with its output
+/// read by the run's runner, and an ACP agent's, over its link (`acp_link.rs`). The
+/// runs themselves are [`RunManager`]'s; a prompt's tool calls are [`ToolCalls`]'.
+///
+/// [`ToolCalls`]: super::tools::ToolCalls
+#[derive(Clone)]
+pub struct Prompts {
+    pub(super) runs: std::sync::Arc<RunManager>,
+}
+
 impl RunManager {
-    pub async fn prompt(
-        self: &std::sync::Arc<Self>,
-        run_id: &RunId,
-        prompt: String,
-        timeout_seconds: u32,
-    ) -> Result<Events, RunError> {
-        let run = self.require_live(run_id)?;
+    pub fn prompts(self: &std::sync::Arc<Self>) -> Prompts {
+        Prompts { runs: self.clone() }
+    }
+}
+
+impl Prompts {
+    pub async fn prompt(&self, run_id: &RunId, prompt: String, timeout_seconds: u32) -> Result<Events, RunError> {
+        let run = self.runs.require_live(run_id)?;
         // The adapters with an agent to prompt: Claude Code in the run's overlay
         // envelope, the same CLI on the host (of our layers only its hook and the
         // product's MCP tools reach it), and an ACP agent.
@@ -91,7 +102,7 @@ impl RunManager {
         if prompt.is_empty() || prompt.len() > MAX_PROMPT_BYTES || prompt.contains('\0') {
             return Err(RunError::BadRequest(format!("a prompt must be 1 to {MAX_PROMPT_BYTES} bytes, with no NUL")));
         }
-        let config = self.config();
+        let config = self.runs.config();
         let config = &config.claude_code;
         let timeout = match timeout_seconds {
             0 => config.prompt_timeout_seconds,
@@ -126,17 +137,17 @@ impl RunManager {
             host: on_host.then(|| sb::HostLaunch { env: host_environment(&run) }),
             ..Default::default()
         };
-        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
+        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.runs.deadlines().launch_grace();
         let deadline = tokio::time::Instant::now() + deadline_after;
         // The run's process reads the output; its reading opens before the agent
         // starts, so a runner that cannot serve fails the prompt with no agent run.
         let reading = self.read_in_runner(&run).await?;
         let limits = run.watch_limits();
-        let launched = self.launch(&run, request, "claude-code").await?;
+        let launched = self.runs.launch(&run, request, "claude-code").await?;
         // Room for bursts of a reading client; at most 256 events of at most 16 KiB held.
         let (tx, rx) = mpsc::channel(256);
         let relay = Relay {
-            events: self.events().clone(),
+            events: self.runs.events().clone(),
             subject: format!("run:{}", run.record.id),
             run_id: run.record.id.clone(),
             on_host,
@@ -153,12 +164,12 @@ impl RunManager {
     /// the run.
     async fn read_in_runner(&self, run: &super::LiveRun) -> Result<Reading, RunError> {
         use rn::parse_agent_output_request::Input;
-        let mut runner = run.ready_runner(self.deadlines().runner_call()).await?;
+        let mut runner = run.ready_runner(self.runs.deadlines().runner_call()).await?;
         let (input, input_rx) = mpsc::channel(RELAYED_CHUNKS);
         let first = rn::ParseAgentOutputRequest { input: Some(Input::Adapter(run.record.adapter as i32)) };
         let _ = input.send(first).await;
         let opened = runner.parse_agent_output(ReceiverStream::new(input_rx));
-        let steps = crate::channels::within("runner", "ParseAgentOutput", self.deadlines().runner_call(), opened)
+        let steps = crate::channels::within("runner", "ParseAgentOutput", self.runs.deadlines().runner_call(), opened)
             .await
             .map_err(RunError::Helper)?
             .into_inner();

@@ -141,7 +141,7 @@ impl Runs for RunsService {
         if r.tool.is_none() {
             return Err(Status::invalid_argument("the request has no call"));
         }
-        Ok(Response::new(self.manager.call_tool(&RunId::from_wire(r.run_id), r.tool).await?))
+        Ok(Response::new(self.manager.tools().call_tool(&RunId::from_wire(r.run_id), r.tool).await?))
     }
 
     async fn record_egress(
@@ -169,7 +169,7 @@ impl Runs for RunsService {
     ) -> Result<Response<pb::DecideToolUseResponse>, Status> {
         let r = request.into_inner();
         let tool_use = r.tool_use.ok_or_else(|| Status::invalid_argument("the request holds no tool call"))?;
-        let (decision, reason) = self.manager.decide_tool_use(&RunId::from_wire(r.run_id), &tool_use).await?;
+        let (decision, reason) = self.manager.tools().decide_tool_use(&RunId::from_wire(r.run_id), &tool_use).await?;
         Ok(Response::new(pb::DecideToolUseResponse { decision: decision as i32, reason }))
     }
 
@@ -180,7 +180,9 @@ impl Runs for RunsService {
         request: Request<pb::PromptRunRequest>,
     ) -> Result<Response<Self::PromptRunStream>, Status> {
         let r = request.into_inner();
-        Ok(Response::new(self.manager.prompt(&RunId::from_wire(r.run_id), r.prompt, r.timeout_seconds).await?))
+        Ok(Response::new(
+            self.manager.prompts().prompt(&RunId::from_wire(r.run_id), r.prompt, r.timeout_seconds).await?,
+        ))
     }
 
     async fn call_product_tool(
@@ -189,7 +191,7 @@ impl Runs for RunsService {
     ) -> Result<Response<pb::CallProductToolResponse>, Status> {
         let r = request.into_inner();
         let call = r.call.ok_or_else(|| Status::invalid_argument("the request holds no call"))?;
-        let result = self.manager.call_product_tool(&RunId::from_wire(r.run_id), call).await?;
+        let result = self.manager.tools().call_product_tool(&RunId::from_wire(r.run_id), call).await?;
         Ok(Response::new(pb::CallProductToolResponse { result: Some(result) }))
     }
 }

@@ -21,6 +21,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use super::launch::is_reason;
 use super::{LiveRun, RunError, RunManager};
 use crate::gate::Request as GateRequest;
 use crate::ids::RunId;
@@ -136,30 +137,23 @@ fn died_in_flight(status: Status) -> RunError {
     RunError::HelperGone { helper: "sandboxd", detail: status.message().to_owned() }
 }
 
-fn is_reason(status: &Status, reason: &str) -> bool {
-    cc_proto::reasons::reason_of(status).is_some_and(|(r, _)| r == reason)
-}
-
-/// sandboxd's answer that it has no such run, or that the run ended as it launched.
-fn sandboxd_lost_or_ended(status: &Status) -> bool {
-    is_reason(status, cc_proto::reasons::RUN_NOT_FOUND) || is_reason(status, cc_proto::reasons::RUN_ENDED)
+/// A run's tool calls, each judged by the gate before anything runs: the harness's
+/// own (bash in sandboxd's harness_bash envelope, the file tools in the runner), an
+/// agent's hook asking about its agent's (`hook.rs`), the product's tools
+/// (`product_tools.rs`), and an ACP agent's terminals. The runs themselves, and how a
+/// process of theirs is launched, are [`RunManager`]'s.
+#[derive(Clone)]
+pub struct ToolCalls {
+    pub(super) runs: Arc<RunManager>,
 }
 
 impl RunManager {
-    /// Why sandboxd no longer has a run the call found live, as the run's own state
-    /// says it: over (its row has ended, or is ending), or lost by a sandboxd that
-    /// restarted since the run started.
-    fn gone_from_sandboxd(&self, run: &LiveRun, status: &Status) -> RunError {
-        let ended = |state, reason| RunError::Ended { run_id: run.run_id.clone(), state, reason };
-        match self.env.store.run(run.run_id.as_str()) {
-            Ok(Some(row)) if !row.state.is_live() => {
-                ended(row.state, row.end_reason.unwrap_or_else(|| "no reason recorded".into()))
-            }
-            _ if is_reason(status, cc_proto::reasons::RUN_ENDED) => ended(run.state(), "it is ending".into()),
-            _ => RunError::Unregistered(run.run_id.clone()),
-        }
+    pub fn tools(self: &Arc<Self>) -> ToolCalls {
+        ToolCalls { runs: self.clone() }
     }
+}
 
+impl ToolCalls {
     /// Asks the gate; `Ok` only for an allow. A tool with no effect classes (the
     /// read-only ones) is evaluated without an event when allowed, so a thousand reads
     /// do not write a thousand rows; every other decision is recorded by the gate.
@@ -187,13 +181,13 @@ impl RunManager {
             // about each ref as it really is (force and deletion included). An agent's
             // hook is asked too, so that the agent hears a refusal as its tool's result
             // rather than as git's error.
-            pushes_through_gateway: !hooked && self.env.enveloped && run.gateway_bridged(),
+            pushes_through_gateway: !hooked && self.runs.env.enveloped && run.gateway_bridged(),
         };
         let quiet = action.effects.is_empty() && action.command_line.is_none();
         // What a denial names when no single effect's own verdict decided (the command
         // policy or the mode did): the call's first effect.
         let first_effect = action.effects.first().copied();
-        if quiet && self.gate().evaluate(&action, &run.record.workspace).decision == Decision::Allow {
+        if quiet && self.runs.gate().evaluate(&action, &run.record.workspace).decision == Decision::Allow {
             return Ok(());
         }
         let summary = match &described.command_line {
@@ -202,7 +196,7 @@ impl RunManager {
         };
         let request =
             GateRequest { action, workspace: run.record.workspace.clone(), run_id: run.record.id.clone(), summary };
-        let decided = self.gate().decide(request).await;
+        let decided = self.runs.gate().decide(request).await;
         let evaluation = &decided.evaluation;
         match decided.decision {
             Decision::Allow => Ok(()),
@@ -224,29 +218,29 @@ impl RunManager {
     /// Judges `command_line` as a bash call of the run (a rig's command): the gate's
     /// rules, the command policy and the mode, and its approvers; `Ok` only for an allow.
     pub async fn judge_command(&self, run_id: &RunId, command_line: &str) -> Result<Arc<LiveRun>, RunError> {
-        let run = self.require_live(run_id)?;
+        let run = self.runs.require_live(run_id)?;
         let call = pb::BashArgs { command: command_line.to_owned(), timeout_seconds: 0 };
         let described = describe(Some(&Tool::Bash(call)), &run.record.work_dir)?;
         self.ask_gate(&run, &described, false).await?;
         Ok(run)
     }
 
-    pub async fn call_tool(self: &Arc<Self>, run_id: &RunId, tool: Option<Tool>) -> Result<Events, RunError> {
-        let run = self.require_live(run_id)?;
+    pub async fn call_tool(&self, run_id: &RunId, tool: Option<Tool>) -> Result<Events, RunError> {
+        let run = self.runs.require_live(run_id)?;
         let described = describe(tool.as_ref(), &run.record.work_dir)?;
         self.ask_gate(&run, &described, false).await?;
         let tool = match tool.map(for_runner) {
             Some(Ok(tool)) => tool,
-            Some(Err(bash)) => return self.bash(&run, bash, Some(self.config().bash_output_cap_bytes)).await,
+            Some(Err(bash)) => return self.bash(&run, bash, Some(self.runs.config().bash_output_cap_bytes)).await,
             None => return Err(RunError::BadRequest("the call names no tool".into())),
         };
-        let mut runner = run.ready_runner(self.deadlines().runner_call()).await?;
-        let deadline = self.deadlines().runner_call();
+        let mut runner = run.ready_runner(self.runs.deadlines().runner_call()).await?;
+        let deadline = self.runs.deadlines().runner_call();
         let called = runner.call_tool(rn::CallToolRequest { tool: Some(tool) });
         match crate::channels::within("runner", "CallTool", deadline, called).await {
             Ok(response) => Ok(one(Event::Result(response.into_inner().result.unwrap_or_default()))),
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
-                self.events().record(
+                self.runs.events().record(
                     "tool_refused",
                     &format!("run:{run_id}"),
                     json!({ "tool": described.tool, "paths": described.paths, "reason": status.message() }),
@@ -275,108 +269,12 @@ impl RunManager {
         }
     }
 
-    /// Launches `request` through sandboxd (see [`RunManager::on_sandboxd`]). `tool`
-    /// names the caller in a violation's event.
-    pub(super) async fn launch(
-        &self,
-        run: &LiveRun,
-        request: sb::LaunchRequest,
-        tool: &str,
-    ) -> Result<tonic::Streaming<sb::LaunchResponse>, RunError> {
-        let channels = self.channels().clone();
-        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret| {
-            let (channels, request) = (channels.clone(), request.clone());
-            async move {
-                let launched = sandboxd.launch(request);
-                channels.within(crate::helpers::HelperKind::Sandboxd, "Launch", launched).await.map(|l| l.into_inner())
-            }
-        };
-        self.on_sandboxd(run, tool, launching).await
-    }
-
-    /// An interactive launch (an ACP agent, a terminal), with its input (the launch
-    /// itself first), through [`RunManager::on_sandboxd`].
-    pub(crate) async fn launch_interactive(
-        &self,
-        run: &LiveRun,
-        launch: sb::LaunchRequest,
-        tool: &str,
-    ) -> Result<(tonic::Streaming<sb::LaunchInteractiveResponse>, mpsc::Sender<sb::LaunchInteractiveRequest>), RunError>
-    {
-        use sb::launch_interactive_request::Input;
-        let channels = self.channels().clone();
-        let launching = |mut sandboxd: crate::channels::SandboxdClientWithSecret| {
-            let (channels, launch) = (channels.clone(), launch.clone());
-            async move {
-                let (inputs, input_rx) = mpsc::channel::<sb::LaunchInteractiveRequest>(16);
-                let _ = inputs.send(sb::LaunchInteractiveRequest { input: Some(Input::Launch(launch)) }).await;
-                let call = sandboxd.launch_interactive(ReceiverStream::new(input_rx));
-                let launched = channels.within(crate::helpers::HelperKind::Sandboxd, "LaunchInteractive", call).await?;
-                Ok((launched.into_inner(), inputs))
-            }
-        };
-        self.on_sandboxd(run, tool, launching).await
-    }
-
-    /// Makes a launch `call` of the run's: once more on the sandboxd that replaces one
-    /// that died as the call was made, and after registering the run again with a
-    /// sandboxd that restarted since the run started.
-    pub(super) async fn on_sandboxd<T, F, Fut>(&self, run: &LiveRun, tool: &str, call: F) -> Result<T, RunError>
-    where
-        F: Fn(crate::channels::SandboxdClientWithSecret) -> Fut,
-        Fut: Future<Output = Result<T, Status>>,
-    {
-        let (sandboxd, sandboxd_pid) = self.channels().sandboxd_except(None).await?;
-        let mut attempt = call(sandboxd).await;
-        // sandboxd died as the call was made (the transport failed; sandboxd said
-        // nothing): the call waits for the process that replaces it and is made once
-        // more. Its command, if it had started, died with the old envelope.
-        if let Err(status) = &attempt
-            && is_reason(status, cc_proto::reasons::HELPER_RESTARTING)
-        {
-            let (sandboxd, _) = self.channels().sandboxd_except(Some(sandboxd_pid)).await?;
-            attempt = call(sandboxd).await;
-        }
-        // A sandboxd that restarted since the run started, before the run was registered
-        // with it again: register it now and launch once more.
-        if let Err(status) = &attempt
-            && is_reason(status, cc_proto::reasons::RUN_NOT_FOUND)
-            && self.live_run(&run.run_id).is_some()
-        {
-            self.reregister(run).await?;
-            attempt = call(self.channels().sandboxd().await?).await;
-        }
-        match attempt {
-            Ok(launched) => Ok(launched),
-            // sandboxd knows no such run, or it ended as the launch was made: the run
-            // ended meanwhile, or sandboxd lost it (it restarted).
-            Err(status) if sandboxd_lost_or_ended(&status) => Err(self.gone_from_sandboxd(run, &status)),
-            Err(status) => {
-                // A link planted where sandboxd would have had to follow it: the agent's
-                // doing, and a violation the run's events must show.
-                if let Some((reason, metadata)) = cc_proto::reasons::reason_of(&status)
-                    && reason == cc_proto::reasons::LINK_IN_ROOT
-                {
-                    let attempted = metadata.get("path").cloned().unwrap_or_default();
-                    let blocked_by = "sandboxd: a link inside the run's roots, never followed";
-                    let payload = json!({ "attempted": attempted, "blocked_by": blocked_by, "tool": tool });
-                    self.events().record("sandbox_violation", &format!("run:{}", run.record.id), payload);
-                }
-                Err(RunError::Helper(status))
-            }
-        }
-    }
-
     /// An ACP agent's terminal: a bash command judged by the gate as `call_tool`'s, run
     /// for up to the longest timeout a call may ask, its output not capped (the
     /// terminal keeps only its tail).
-    pub(super) async fn terminal_command(
-        self: &Arc<Self>,
-        run_id: &RunId,
-        command: String,
-    ) -> Result<Events, RunError> {
-        let run = self.require_live(run_id)?;
-        let call = pb::BashArgs { command, timeout_seconds: self.config().bash_max_timeout_seconds };
+    pub(super) async fn terminal_command(&self, run_id: &RunId, command: String) -> Result<Events, RunError> {
+        let run = self.runs.require_live(run_id)?;
+        let call = pb::BashArgs { command, timeout_seconds: self.runs.config().bash_max_timeout_seconds };
         let described = describe(Some(&Tool::Bash(call.clone())), &run.record.work_dir)?;
         self.ask_gate(&run, &described, false).await?;
         self.bash(&run, call, None).await
@@ -386,7 +284,7 @@ impl RunManager {
     /// `cap` is given, output cap. Over the cap, the rest is dropped and closing
     /// sandboxd's stream kills the command's whole process group.
     async fn bash(&self, run: &LiveRun, call: pb::BashArgs, cap: Option<u64>) -> Result<Events, RunError> {
-        let config = self.config();
+        let config = self.runs.config();
         let timeout = match call.timeout_seconds {
             0 => config.bash_timeout_seconds,
             t if t > config.bash_max_timeout_seconds => {
@@ -406,16 +304,16 @@ impl RunManager {
             host: None,
             ..Default::default()
         };
-        let events = self.events().clone();
+        let events = self.runs.events().clone();
         let subject = format!("run:{}", run.record.id);
         // The run's limit counters before the command, to tell one it reached.
         let limits = run.watch_limits();
         // sandboxd ends the command at its timeout; past that and a grace, sandboxd
         // itself is given up on (the stream is dropped, which kills the command if
         // sandboxd still can).
-        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.deadlines().launch_grace();
+        let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.runs.deadlines().launch_grace();
         let deadline = tokio::time::Instant::now() + deadline_after;
-        let mut launched = self.launch(run, request, "bash").await?;
+        let mut launched = self.runs.launch(run, request, "bash").await?;
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             let send = |event| {
