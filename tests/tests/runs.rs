@@ -543,6 +543,31 @@ fn live_runs_outlive_a_sandboxd_killed_or_restarted() {
     }
 }
 
+/// Issue 36: a run's runner is launched by sandboxd, so a sandboxd killed while runs'
+/// runners are still starting (`run start` returns before its runner serves) takes
+/// those starts with it. That is sandboxd's failure, not the runner's: each start is
+/// made again on the sandboxd that replaces it, and no run fails for it. The kill
+/// comes right after the last start, when the newest runners are mid-handshake.
+#[test]
+fn runs_whose_runners_are_starting_when_sandboxd_is_killed_start_anyway() {
+    let f = fixture(None);
+    let sandboxd = f.sup.helper_pids().into_iter().find(|(name, _)| name == "sandboxd").unwrap().1;
+    let runs: Vec<String> = (0..4).map(|_| f.start_run("chat")).collect();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sandboxd as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    for run in &runs {
+        // A runner that was up when sandboxd died goes with it, and a call that meets
+        // it dying is told to retry (`a_call_in_flight_when_sandboxd_dies_names_it`):
+        // an agent retries once.
+        let mut read = f.tool(run, &["read", "README.md"]);
+        if text(&read).1.contains("is being started again; retry") {
+            read = f.tool(run, &["read", "README.md"]);
+        }
+        assert_eq!(text(&read).0, "# demo\n", "{run}: {}", text(&read).1);
+        let shown = f.sup.ccctl_json(&["run", "show", run]);
+        assert_eq!(shown["state"], "running", "{run}: {shown}");
+    }
+}
+
 /// Issue 18: a bash call in flight when sandboxd dies says so in one line, naming
 /// sandboxd rather than the transport, and the run works again at once.
 #[test]

@@ -16,7 +16,8 @@
 //! launched by sandboxd (the helper handshake on the launch's stdio: HELLO, bootstrap
 //! with its roots and a secret of its own, READY) and reached only at its pid, and the
 //! run is `running`. A failure before the row undoes the steps before it; a runner that
-//! does not start fails the run.
+//! does not start fails the run, unless sandboxd died under the start, taking the
+//! runner's envelope: then it is started again on the sandboxd that replaces it.
 //!
 //! One task per run owns the runner's launch and waits on it: a runner that exits is
 //! started again after the backoff, until the restart budget is spent and the run
@@ -205,6 +206,15 @@ impl LiveRun {
             RunnerSlot::Ready { pid, .. } => *pid,
             _ => 0,
         }
+    }
+
+    /// Waits, at most `limit`, until the runner `pid` is no longer the one calls go
+    /// to: it died, and the run's task has begun starting the next one, which a call
+    /// made after this waits for.
+    pub async fn runner_replaced(&self, pid: u32, limit: Duration) {
+        let mut slot = self.runner.clone();
+        let replaced = slot.wait_for(|s| !matches!(s, RunnerSlot::Ready { pid: p, .. } if *p == pid));
+        let _ = tokio::time::timeout(limit, replaced).await;
     }
 
     /// Where the run is in its state machine: Starting until its runner serves, then

@@ -68,6 +68,17 @@ impl Runner {
 
 /// How every message about a runner that failed to start begins.
 pub(super) const DID_NOT_START: &str = "the run's runner did not start";
+/// Starts of one runner made in a row when sandboxd, not the runner, is what failed
+/// (it died or restarted during the start): each waits for the sandboxd that
+/// replaces it. They do not count against the restart budget, which is the runner's.
+const SANDBOXD_LOST_ATTEMPTS: u32 = 3;
+
+/// Why one start of a runner failed.
+enum Attempt {
+    /// sandboxd went away during it, taking the runner's envelope: start again.
+    SandboxdLost(String),
+    Failed(RunError),
+}
 
 /// How the runner ended. `enveloped`: the exit is our init's, which reports a command
 /// a signal ended as 128 + the signal, as a shell does.
@@ -107,6 +118,8 @@ struct LaunchOutput {
     backend: Option<SandboxBackend>,
     pid: Option<u32>,
     stdout: Vec<u8>,
+    /// The stream ended without the runner's exit: sandboxd died or restarted.
+    lost: bool,
 }
 
 impl LaunchOutput {
@@ -146,8 +159,14 @@ impl LaunchOutput {
                     Some(LaunchEvent::Violation(_)) | None => {}
                 },
                 Some(Ok(_)) => {}
-                Some(Err(status)) => return Err(format!("sandboxd ended its launch: {}", status.message())),
-                None => return Err("sandboxd ended its launch without an exit".into()),
+                Some(Err(status)) => {
+                    self.lost = true;
+                    return Err(format!("sandboxd ended its launch: {}", status.message()));
+                }
+                None => {
+                    self.lost = true;
+                    return Err("sandboxd ended its launch without an exit".into());
+                }
             }
         }
     }
@@ -186,15 +205,34 @@ impl RunManager {
     /// sandboxd has a native backend, else unwrapped (as the service user under root);
     /// then the handshake on its stdio, then its socket.
     pub(super) async fn start_runner(&self, run: &LiveRun, how: &RunnerStart) -> Result<Runner, RunError> {
+        let mut attempt = 1;
+        loop {
+            match self.try_start_runner(run, how).await {
+                Ok(runner) => return Ok(runner),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::SandboxdLost(why)) if attempt >= SANDBOXD_LOST_ATTEMPTS => {
+                    return Err(RunError::RunnerUnavailable(format!("{DID_NOT_START}: {why}")));
+                }
+                Err(Attempt::SandboxdLost(why)) => {
+                    tracing::warn!(run = %run.run_id, attempt, %why, "sandboxd went away as the run's runner started; starting it again");
+                    cc_proto::socket::remove_socket(&how.socket);
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// One start: the launch, the handshake, the socket.
+    async fn try_start_runner(&self, run: &LiveRun, how: &RunnerStart) -> Result<Runner, Attempt> {
         let launch = sb::LaunchRequest {
             run_id: run.run_id.as_str().to_owned(),
             kind: EnvelopeKind::Runner as i32,
             argv: vec![path_bytes(&self.env.runner_program)],
             ..Default::default()
         };
-        let (events, input) = self.launch_interactive(run, launch, "runner").await?;
-        let mut output = LaunchOutput { events, backend: None, pid: None, stdout: Vec::new() };
-        let secret = PeerSecret::generate().map_err(|e| RunError::Internal(e.to_string()))?;
+        let (events, input) = self.launch_interactive(run, launch, "runner").await.map_err(Attempt::Failed)?;
+        let mut output = LaunchOutput { events, backend: None, pid: None, stdout: Vec::new(), lost: false };
+        let secret = PeerSecret::generate().map_err(|e| Attempt::Failed(RunError::Internal(e.to_string())))?;
         let ready = self.env.restart.ready_timeout();
         let handshake = async {
             // The bootstrap (and its secret) is written only once the runner has said
@@ -208,9 +246,10 @@ impl RunManager {
             }
             output.expect_line(READY_LINE).await
         };
-        let unavailable = |why: String| RunError::RunnerUnavailable(format!("{DID_NOT_START}: {why}"));
+        let unavailable = |why: String| Attempt::Failed(RunError::RunnerUnavailable(format!("{DID_NOT_START}: {why}")));
         match tokio::time::timeout(ready, handshake).await {
             Ok(Ok(())) => {}
+            Ok(Err(why)) if output.lost => return Err(Attempt::SandboxdLost(why)),
             Ok(Err(why)) => return Err(unavailable(why)),
             Err(_) => return Err(unavailable(format!("not serving after {ready:?}"))),
         }
@@ -232,7 +271,7 @@ impl RunManager {
             Err(e) => {
                 drop(launch);
                 cc_proto::socket::remove_socket(&how.socket);
-                Err(RunError::RunnerUnavailable(format!("cannot reach the run's runner: {e}")))
+                Err(Attempt::Failed(RunError::RunnerUnavailable(format!("cannot reach the run's runner: {e}"))))
             }
         }
     }

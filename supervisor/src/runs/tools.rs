@@ -235,6 +235,7 @@ impl ToolCalls {
             None => return Err(RunError::BadRequest("the call names no tool".into())),
         };
         let mut runner = run.ready_runner(self.runs.deadlines().runner_call()).await?;
+        let runner_pid = run.runner_pid();
         let deadline = self.runs.deadlines().runner_call();
         let called = runner.call_tool(rn::CallToolRequest { tool: Some(tool) });
         match crate::channels::within("runner", "CallTool", deadline, called).await {
@@ -256,7 +257,10 @@ impl ToolCalls {
                 Err(RunError::Helper(status))
             }
             // The runner died under the call (HELPER_RESTARTING): a new one is started.
+            // Said once the run's task knows, so that a retry waits for the new one
+            // instead of meeting the dead one again.
             Err(status) if is_reason(&status, cc_proto::reasons::HELPER_RESTARTING) => {
+                run.runner_replaced(runner_pid, deadline).await;
                 Err(RunError::Helper(cc_proto::reasons::helper_restarting(
                     "the run's runner died during the call and is being started again; retry",
                     "runner",
