@@ -106,8 +106,9 @@ pub fn run() -> anyhow::Result<()> {
 struct Calls {
     reads: Vec<Duration>,
     statuses: Vec<Duration>,
-    /// ListHelpers: the supervisor alone. GetStatus also asks each helper for its own
-    /// status, so a sandboxd busy carrying the attacker's output shows in it too.
+    /// ListHelpers: the supervisor alone. GetStatus also reports each helper's answer
+    /// to its own status RPC, from the health checks' last one when it is recent (and
+    /// by a live call otherwise, which a sandboxd busy with the attacker slows).
     listings: Vec<Duration>,
     peak_rss_kib: u64,
 }

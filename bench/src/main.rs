@@ -204,7 +204,7 @@ fn supervisor() -> anyhow::Result<()> {
         }
         anyhow::Ok((status, list))
     })?;
-    report("GetStatus round trip (live check of 3 helpers)", &stats(status), Duration::from_millis(2));
+    report("GetStatus round trip (3 helpers' last health answers)", &stats(status), Duration::from_millis(2));
     report("ListHelpers round trip", &stats(list), Duration::from_millis(2));
 
     // The floor any command-line client pays: fork and exec of a binary that does nothing.
