@@ -68,15 +68,17 @@ impl Runner {
 
 /// How every message about a runner that failed to start begins.
 pub(super) const DID_NOT_START: &str = "the run's runner did not start";
-/// Starts of one runner made in a row when sandboxd, not the runner, is what failed
-/// (it died or restarted during the start): each waits for the sandboxd that
-/// replaces it. They do not count against the restart budget, which is the runner's.
-const SANDBOXD_LOST_ATTEMPTS: u32 = 3;
+/// Starts of one runner made in a row when the runner is not what failed: each waits
+/// for the sandboxd that replaces a lost one. They do not count against the restart
+/// budget, which is the runner's.
+const START_ATTEMPTS: u32 = 3;
 
 /// Why one start of a runner failed.
 enum Attempt {
-    /// sandboxd went away during it, taking the runner's envelope: start again.
-    SandboxdLost(String),
+    /// Not the runner's doing: sandboxd went away during the start, taking the runner's
+    /// envelope; or another process serves the run's socket (a runner whose start
+    /// sandboxd lost as it bound it), which is never talked to. Start again.
+    Again(String),
     Failed(RunError),
 }
 
@@ -210,11 +212,11 @@ impl RunManager {
             match self.try_start_runner(run, how).await {
                 Ok(runner) => return Ok(runner),
                 Err(Attempt::Failed(e)) => return Err(e),
-                Err(Attempt::SandboxdLost(why)) if attempt >= SANDBOXD_LOST_ATTEMPTS => {
+                Err(Attempt::Again(why)) if attempt >= START_ATTEMPTS => {
                     return Err(RunError::RunnerUnavailable(format!("{DID_NOT_START}: {why}")));
                 }
-                Err(Attempt::SandboxdLost(why)) => {
-                    tracing::warn!(run = %run.run_id, attempt, %why, "sandboxd went away as the run's runner started; starting it again");
+                Err(Attempt::Again(why)) => {
+                    tracing::warn!(run = %run.run_id, attempt, %why, "the run's runner did not start, not by its own doing; starting it again");
                     cc_proto::socket::remove_socket(&how.socket);
                     attempt += 1;
                 }
@@ -249,7 +251,7 @@ impl RunManager {
         let unavailable = |why: String| Attempt::Failed(RunError::RunnerUnavailable(format!("{DID_NOT_START}: {why}")));
         match tokio::time::timeout(ready, handshake).await {
             Ok(Ok(())) => {}
-            Ok(Err(why)) if output.lost => return Err(Attempt::SandboxdLost(why)),
+            Ok(Err(why)) if output.lost => return Err(Attempt::Again(why)),
             Ok(Err(why)) => return Err(unavailable(why)),
             Err(_) => return Err(unavailable(format!("not serving after {ready:?}"))),
         }
@@ -271,7 +273,11 @@ impl RunManager {
             Err(e) => {
                 drop(launch);
                 cc_proto::socket::remove_socket(&how.socket);
-                Err(Attempt::Failed(RunError::RunnerUnavailable(format!("cannot reach the run's runner: {e}"))))
+                let why = format!("cannot reach the run's runner: {e}");
+                match e {
+                    cc_proto::client::ConnectError::WrongPeer { .. } => Err(Attempt::Again(why)),
+                    _ => Err(Attempt::Failed(RunError::RunnerUnavailable(why))),
+                }
             }
         }
     }
