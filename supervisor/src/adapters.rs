@@ -132,8 +132,9 @@ pub fn matrix(native: bool) -> Vec<Column> {
             cell(
                 "path_checked_file_tools",
                 Partial,
-                "Write, Edit, MultiEdit and NotebookEdit are judged by path rules through the hook; its reads are \
-                 not seen, and its tools run in the CLI, so only the envelope bounds where they reach",
+                "Write, Edit, MultiEdit and NotebookEdit are judged through the hook: denied outside the run's \
+                 roots or into the registered checkout, then by path rules; its reads are not seen, and its tools \
+                 run in the CLI, so the envelope bounds what the names lead to",
                 "tests/tests/claude_code.rs::file_writes_are_judged_by_path_rules_and_bounded_by_the_envelope",
             ),
             cell(
@@ -171,8 +172,7 @@ pub fn matrix(native: bool) -> Vec<Column> {
             ),
         ],
     };
-    let nosandbox_proof =
-        "tests/tests/claude_code.rs::without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so";
+    let nosandbox_proof = "tests/tests/claude_code.rs::without_an_envelope_the_hook_still_refuses_a_write_outside_the_roots_and_every_event_says_so";
     let nosandbox = Column {
         adapter: Adapter::ClaudeCodeNosandbox,
         description: "the claude CLI on the host, unconfined, with the host's environment",
@@ -180,13 +180,15 @@ pub fn matrix(native: bool) -> Vec<Column> {
             cell(
                 "worktree_isolation",
                 No,
-                "it starts in the copy but may write anywhere its user may",
+                "it starts in the copy; its Write and Edit are refused outside the run's roots, but its Bash may \
+                 write anywhere its user may",
                 nosandbox_proof,
             ),
             cell(
                 "path_checked_file_tools",
                 Partial,
-                "its writes are judged by path rules through the hook; nothing bounds them",
+                "its writes are judged through the hook, by where they land and by path rules; nothing bounds \
+                 what a name leads to",
                 nosandbox_proof,
             ),
             cell(
@@ -228,7 +230,8 @@ pub fn matrix(native: bool) -> Vec<Column> {
             cell(
                 "path_checked_file_tools",
                 Partial,
-                "fs/read_text_file and fs/write_text_file go through the gate and the runner's confinement; what the \
+                "fs/read_text_file and fs/write_text_file go through the gate and the runner's confinement; a \
+                 permission to write is denied outside the run's roots or into the registered checkout; what the \
                  agent's own process reads and writes is bounded only by the envelope",
                 acp_files,
             ),

@@ -218,6 +218,33 @@ fn terminals_are_gated_capped_and_killable_and_permissions_go_to_the_gate() {
     assert!(events.contains("\"agent_permission\""), "{events}");
 }
 
+/// Issue 37, item 2: a permission to write is judged by where the write lands before
+/// any rule is asked, as the harness's own write is in the runner: outside the run's
+/// roots, or into the registered checkout, the answer is no, and the run's events say
+/// why. (Before, `/etc/passwd` was answered `allow-once` and only the envelope stopped
+/// the write.)
+#[test]
+fn a_permission_to_write_outside_the_roots_or_into_the_checkout_is_denied_with_the_reason() {
+    let w = world();
+    let script = format!(
+        "permission edit {{\"path\":\"/etc/passwd\"}}\n\
+         permission edit {{\"path\":\"{checkout}/src/lib.rs\"}}\n\
+         permission edit {{\"path\":\"../../../../../../../etc/shadow\"}}\n\
+         permission edit {{\"path\":\"notes.txt\"}}\n\
+         permission read {{\"path\":\"/etc/hostname\"}}\n",
+        checkout = w.f.checkout.display(),
+    );
+    let o = w.outcomes(&script);
+    assert_eq!(o, ["ok no", "ok no", "ok no", "ok yes", "ok yes"]);
+    let events = w.events();
+    let refused: Vec<&str> = events.lines().filter(|l| l.contains("\"tool_refused\"")).collect();
+    assert_eq!(refused.len(), 3, "{events}");
+    assert!(refused[0].contains("/etc/passwd is outside the run's roots"), "{}", refused[0]);
+    assert!(refused[1].contains("is in a registered checkout"), "{}", refused[1]);
+    assert!(refused[2].contains("/etc/shadow is outside the run's roots"), "{}", refused[2]);
+    assert!(refused.iter().all(|l| l.contains("the run's roots")), "{refused:?}");
+}
+
 #[test]
 fn the_agent_lives_for_the_run_and_one_that_dies_is_started_again() {
     let w = world();

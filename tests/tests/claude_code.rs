@@ -185,8 +185,10 @@ fn file_writes_are_judged_by_path_rules_and_bounded_by_the_envelope() {
     assert_eq!(results.len(), 3, "{results:?}");
     assert!(results[0].1 && results[0].0.contains("secret/ is off limits"), "{:?}", results[0]);
     assert!(!copy.join("secret/key.txt").exists());
-    // The registered checkout is not in the envelope at all: the write fails there.
-    assert!(results[1].1, "{:?}", results[1]);
+    // Into the registered checkout: the gate says no by where it lands, before any rule
+    // (issue 37; the envelope, which does not hold the checkout at all, used to be the
+    // only layer to stop it).
+    assert!(results[1].1 && results[1].0.contains("is in a registered checkout"), "{:?}", results[1]);
     assert!(!outside.exists());
     assert!(!results[2].1, "{:?}", results[2]);
     assert_eq!(std::fs::read_to_string(copy.join("notes.txt")).unwrap(), "fine\n");
@@ -350,7 +352,7 @@ fn the_products_mcp_tools_write_outside_the_envelope_with_a_token_the_agent_neve
 }
 
 #[test]
-fn without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so() {
+fn without_an_envelope_the_hook_still_refuses_a_write_outside_the_roots_and_every_event_says_so() {
     // The same scripted Write, outside the roots, under each adapter.
     let script = |target: &std::path::Path| {
         vec![vec![tool("Write", json!({ "file_path": target, "content": "escaped\n" }))], vec![text("written")]]
@@ -369,8 +371,10 @@ fn without_an_envelope_a_write_outside_the_roots_lands_and_every_event_says_so()
     let out = host.prompt("write it, push it");
     assert!(out.status.success(), "{}", stdout(&out));
     let results = host.results();
-    assert!(!results[0].1, "{results:?}");
-    assert_eq!(std::fs::read_to_string(&target).unwrap(), "escaped\n");
+    // The agent's own Write is judged by where it lands, envelope or not (issue 37);
+    // its Bash is still unconfined, as the events below say.
+    assert!(results[0].1 && results[0].0.contains("is outside the run's roots"), "{results:?}");
+    assert!(!target.exists());
     // Its hook still asks, over the agent socket itself.
     assert!(results[1].1 && results[1].0.contains("direct pushes to main are not allowed"), "{results:?}");
     // Every step of it says so, and so does the run.

@@ -13,6 +13,7 @@ pub mod effect;
 pub mod egress;
 pub mod evaluate;
 pub mod paths;
+pub mod roots;
 pub mod rules;
 pub mod tools;
 

@@ -6,7 +6,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use cc_policy::{Action, Decision, Scope};
+use cc_policy::roots::{Misplaced, Root, check_write};
+use cc_policy::{Action, Decision, Effect, Scope};
 use cc_proto::common::v1::EnvelopeKind;
 use cc_proto::runner::v1 as rn;
 use cc_proto::runner::v1::call_tool_request::Tool as RunnerTool;
@@ -137,6 +138,32 @@ fn died_in_flight(status: Status) -> RunError {
     RunError::HelperGone { helper: "sandboxd", detail: status.message().to_owned() }
 }
 
+/// Where a write an agent asks about would land, judged from its names against the
+/// run's roots and its registered checkouts (`cc_policy::roots`). Only tools that
+/// write are judged: an agent reading the system's files is ordinary work, which the
+/// envelope shows read-only.
+fn placed(run: &LiveRun, described: &Described) -> Result<(), Misplaced> {
+    let writes = cc_policy::tools::TOOLS
+        .iter()
+        .find(|t| t.name == described.tool)
+        .is_some_and(|t| t.effects.iter().any(|e| matches!(e, Effect::WriteFile | Effect::DeleteFile)));
+    if !writes {
+        return Ok(());
+    }
+    let path = |bytes: &[u8]| Path::new(OsStr::from_bytes(bytes)).to_path_buf();
+    let policy = &run.policy;
+    let owned: Vec<(std::path::PathBuf, bool)> =
+        [(&policy.repos, true), (&policy.agent_work, true), (&policy.work_dir, true), (&policy.attachments, false)]
+            .into_iter()
+            .filter(|(bytes, _)| !bytes.is_empty())
+            .map(|(bytes, writable)| (path(bytes), writable))
+            .collect();
+    let roots: Vec<Root> = owned.iter().map(|(p, writable)| Root { path: p, writable: *writable }).collect();
+    let checkouts: Vec<std::path::PathBuf> = policy.write_deny.iter().map(|b| path(b)).collect();
+    let checkouts: Vec<&Path> = checkouts.iter().map(std::path::PathBuf::as_path).collect();
+    check_write(&described.paths, &run.record.work_dir, &roots, &checkouts)
+}
+
 /// A run's tool calls, each judged by the gate before anything runs: the harness's
 /// own (bash in sandboxd's harness_bash envelope, the file tools in the runner), an
 /// agent's hook asking about its agent's (`hook.rs`), the product's tools
@@ -160,6 +187,22 @@ impl ToolCalls {
     /// `hooked`: an agent's own call, asked by its hook, whose pushes are judged by the
     /// refs its command line names as well (the gateway judges them again as they are).
     pub(super) async fn ask_gate(&self, run: &LiveRun, described: &Described, hooked: bool) -> Result<(), RunError> {
+        // An agent's own write (its hook, its permission request) lands where its names
+        // say, as the harness's would in the runner: judged first, whatever a rule says.
+        if hooked && let Err(misplaced) = placed(run, described) {
+            let reason = misplaced.reason();
+            let payload = json!({
+                "tool": described.tool, "paths": described.paths, "reason": reason,
+                "blocked_by": "gate: where the write lands (the run's roots)",
+            });
+            self.runs.events().record("tool_refused", &format!("run:{}", run.record.id), payload);
+            return Err(RunError::GateDenied {
+                reason,
+                effect: Effect::WriteFile.as_str().to_owned(),
+                origin: "roots".into(),
+                decided_by: "gate".into(),
+            });
+        }
         let effects = cc_policy::tools::TOOLS
             .iter()
             .find(|t| t.name == described.tool)
