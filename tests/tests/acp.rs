@@ -15,6 +15,7 @@ use nix::sys::signal::Signal;
 
 const DENY_MAIN: &str = "[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"deny\"\nreason = \"direct pushes to main are not allowed\"\n";
 const DENY_SECRET: &str = "[[rule]]\neffect = \"write_file\"\npath = \"secret/**\"\ndecision = \"deny\"\nreason = \"secret/ is off limits\"\n";
+const ALLOW_FEATURE: &str = "[[rule]]\neffect = \"push_remote\"\nbranch = \"feature/*\"\ndecision = \"allow\"\n";
 
 struct World {
     f: Fixture,
@@ -23,12 +24,16 @@ struct World {
     _rules: tempfile::TempDir,
 }
 
-/// A supervisor with `rules` and an acp run whose agent is the stand-in, copied into
-/// the agent's home (inside its envelope; the test's build directory is not).
+/// A supervisor with the rules above and an acp run whose agent is the stand-in,
+/// copied into the agent's home (inside its envelope; the test's build directory is not).
 fn world() -> World {
+    world_with_rules(&format!("{DENY_MAIN}{DENY_SECRET}"))
+}
+
+fn world_with_rules(text: &str) -> World {
     let rules = tempfile::tempdir().unwrap();
     let path = rules.path().join("rules.toml");
-    std::fs::write(&path, format!("{DENY_MAIN}{DENY_SECRET}")).unwrap();
+    std::fs::write(&path, text).unwrap();
     std::fs::set_permissions(rules.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let f = fixture(Some(&format!("[gate]\nrules = \"{}\"\n", path.display())));
@@ -243,6 +248,28 @@ fn a_permission_to_write_outside_the_roots_or_into_the_checkout_is_denied_with_t
     assert!(refused[1].contains("is in a registered checkout"), "{}", refused[1]);
     assert!(refused[2].contains("/etc/shadow is outside the run's roots"), "{}", refused[2]);
     assert!(refused.iter().all(|l| l.contains("the run's roots")), "{refused:?}");
+}
+
+/// Issue 37, item 1: with a rule that allows pushes to feature branches, an ACP
+/// agent's permission to push one is a yes, with no approver asked, as its terminal's
+/// push and the harness's are; a push the rule does not name still asks (and with no
+/// approver, is a no).
+#[test]
+fn a_push_a_rule_allows_is_a_yes_to_the_agents_permission_and_its_terminal() {
+    let w = world_with_rules(ALLOW_FEATURE);
+    let script = "permission execute {\"command\":\"git push origin HEAD:feature/x\"}\n\
+                  permission execute {\"command\":\"bash -c 'git push -u origin feature/y'\"}\n\
+                  permission execute {\"command\":\"git push origin HEAD:release\"}\n\
+                  terminal 0 git push origin HEAD:feature/x; echo after-push\n";
+    let o = w.outcomes(script);
+    assert_eq!(&o[..3], ["ok yes", "ok yes", "ok no"], "{o:?}");
+    // The terminal's command ran (the push itself has no upstream here: the gate let it go).
+    assert!(o[3].starts_with("ok exit=Some(0)") && o[3].contains("after-push"), "{}", o[3]);
+    let out = w.f.sup.ccctl(&["policy", "check", "--", "git push origin HEAD:feature/x"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    // What it prints is the reason for its decision: no part of it says ask.
+    assert_eq!(said.lines().next(), Some("allow"), "{said}");
+    assert!(!said.lines().any(|l| l.trim_start().starts_with("ask ")), "{said}");
 }
 
 #[test]

@@ -166,6 +166,30 @@ fn bash_calls_are_decided_by_the_gate_before_they_run_and_the_agent_cannot_switc
     assert!(!listed.contains("supervisor_started"), "only the run's: {listed}");
 }
 
+/// Issue 37, item 1: the hook asks the push rule about the push the classifier names.
+/// With a rule allowing feature branches, that push runs with no approver asked (it
+/// used to wait for one, and with none was refused, while the harness's own bash
+/// pushed); a push the rule does not name still asks, and with no approver is refused.
+#[test]
+fn a_push_a_rule_allows_goes_through_the_hook_without_asking() {
+    let allow_feature = "[[rule]]\neffect = \"push_remote\"\nbranch = \"feature/*\"\ndecision = \"allow\"\n";
+    let w = world(
+        vec![
+            vec![bash("git push origin HEAD:feature/x; echo after-push")],
+            vec![bash("git push origin HEAD:release; echo after-push")],
+            vec![text("done")],
+        ],
+        allow_feature,
+    );
+    let out = w.prompt("push both");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let results = w.results();
+    assert_eq!(results.len(), 2, "{results:?}");
+    // It ran (the push itself has nowhere to go here: the gate let it through).
+    assert!(!results[0].0.contains("Control Center") && results[0].0.contains("after-push"), "{results:?}");
+    assert!(results[1].1 && results[1].0.contains("Control Center policy"), "{results:?}");
+}
+
 #[test]
 fn file_writes_are_judged_by_path_rules_and_bounded_by_the_envelope() {
     // The paths are known once the world exists; the model is scripted then.

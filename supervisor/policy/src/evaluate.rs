@@ -81,25 +81,42 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
     let rules: Vec<&Rule> = rule_sets.iter().flat_map(|s| s.rules.iter()).collect();
     let mut effects: Vec<EffectVerdict> =
         action.effects.iter().map(|e| judge_effect(*e, &action.scope, action.mode, &rules)).collect();
-    let command = action.command_line.as_deref().map(|line| command::check(line, action.mode));
+    let mut command = action.command_line.as_deref().map(|line| command::check(line, action.mode));
     let mut worst = (Decision::Allow, String::from("allowed"), String::from("default"));
-    if let Some(verdict) = &command {
-        for p in &verdict.parts {
+    // The rule that decided a command part in the mode's place, to name for an allow.
+    let mut ruled_by: Option<String> = None;
+    if let Some(verdict) = &mut command {
+        for p in &mut verdict.parts {
+            let scope = part_scope(&action.scope, &p.part.scope);
+            let judged: Vec<EffectVerdict> = p
+                .part
+                .effects
+                .iter()
+                .filter(|e| !(**e == Effect::PushRemote && action.pushes_through_gateway))
+                .map(|e| judge_effect(*e, &scope, action.mode, &rules))
+                .collect();
+            let source = match ruled(p, &judged, action.mode) {
+                Some(rule) => {
+                    p.decision = rule.decision;
+                    p.reason = rule.reason.clone();
+                    ruled_by.get_or_insert_with(|| rule.source.clone());
+                    rule.source.clone()
+                }
+                None => "command policy".into(),
+            };
             let decision = if action.pushes_through_gateway && left_to_the_gateway(&p.part, action.mode) {
                 Decision::Allow
             } else {
                 p.decision
             };
             if decision > worst.0 {
-                worst = (decision, p.reason.clone(), "command policy".into());
+                worst = (decision, p.reason.clone(), source);
             }
-            let scope = part_scope(&action.scope, &p.part.scope);
-            for e in &p.part.effects {
-                if *e == Effect::PushRemote && action.pushes_through_gateway {
-                    continue;
-                }
-                effects.push(judge_effect(*e, &scope, action.mode, &rules));
-            }
+            effects.extend(judged);
+        }
+        if let Some(most) = verdict.parts.iter().max_by_key(|p| p.decision) {
+            verdict.decision = most.decision;
+            verdict.reason = most.reason.clone();
         }
     }
     for v in &effects {
@@ -108,6 +125,9 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
         }
     }
     if worst.0 == Decision::Allow {
+        if let Some(source) = ruled_by {
+            worst.2 = source;
+        }
         worst.1 = match &command {
             Some(c) if !c.parts.is_empty() => c.reason.clone(),
             _ => effects.first().map_or_else(|| "nothing to decide".into(), |v| v.reason.clone()),
@@ -115,6 +135,31 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
     }
     dedup(&mut effects);
     Evaluation { decision: worst.0, reason: worst.1, source: worst.2, effects, command }
+}
+
+/// The classifier names an action; a person's rule about it decides (issue 37). A part
+/// the command policy asks about only because it changes remote state or installs
+/// packages (the mode's default for those) takes the decision of the rules that match
+/// every effect it was named with that reaches past the run's copy: the most
+/// restrictive of them, which may be an allow. Without such a rule for each, the mode's
+/// ask stands. Never in a read-only
+/// mode, where a mutation is denied whatever a rule says, and never for the fixed
+/// denials (privilege escalation, destruction, escape), which are not asks.
+fn ruled<'a>(part: &command::PartVerdict, judged: &'a [EffectVerdict], mode: Mode) -> Option<&'a EffectVerdict> {
+    use crate::effect::CommandClass as C;
+    let classes = part.part.effective_classes();
+    let asked_by_default = part.decision == Decision::Ask
+        && (classes.contains(&C::RemoteMutation) || part.part.effects.contains(&Effect::InstallPackage));
+    // The effects that reach past the run's copy; the local ones (writing a file,
+    // committing) need no rule of their own, and count only for their decision.
+    let local =
+        |e: Effect| matches!(e, Effect::WriteFile | Effect::DeleteFile | Effect::RunCommand | Effect::CreateCommit);
+    let mut remote = judged.iter().filter(|v| !local(v.effect)).peekable();
+    let every_effect_ruled = remote.peek().is_some() && remote.all(|v| v.source != "default");
+    if mode.is_read_only() || !asked_by_default || !every_effect_ruled {
+        return None;
+    }
+    judged.iter().max_by_key(|v| v.decision)
 }
 
 /// A `git push` and nothing worse, in a mode that may mutate: the gateway asks the
@@ -451,6 +496,52 @@ mod tests {
             evaluate(&bash("curl http://localhost/ https://example.org/", Mode::Chat), &[&net]).decision,
             Decision::Ask
         );
+    }
+
+    /// Issue 37, item 1: the classifier recognises a push and asks the push rule; the
+    /// mode's ask is only that rule's default.
+    #[test]
+    fn a_persons_rule_decides_what_the_classifier_named_and_the_mode_only_asks_by_default() {
+        let feature = rules("[[rule]]\neffect = \"push_remote\"\nbranch = \"feature/*\"\ndecision = \"allow\"\n");
+        let bash = |line: &str, mode| Action {
+            effects: [Effect::RunCommand].into(),
+            tool: Some("bash".into()),
+            command_line: Some(line.into()),
+            mode,
+            ..Action::default()
+        };
+        let e = evaluate(&bash("git push origin HEAD:feature/x", Mode::Chat), &[&feature]);
+        assert_eq!((e.decision, e.source.as_str()), (Decision::Allow, "rules.toml:1"), "{e:?}");
+        // What `policy check` prints is the reason for the decision, the command's part too.
+        let part = &e.command.as_ref().unwrap().parts[0];
+        assert_eq!(part.decision, Decision::Allow);
+        assert_eq!(part.reason, "push_remote: allow by rule rules.toml:1");
+        assert_eq!(e.command.as_ref().unwrap().decision, Decision::Allow);
+        // Wrapped as agents write it, the same.
+        for line in [
+            "bash -c 'git push -u origin feature/x'",
+            "FOO=1 git push origin feature/y",
+            "cd sub && git push origin feature/z",
+        ] {
+            assert_eq!(evaluate(&bash(line, Mode::Chat), &[&feature]).decision, Decision::Allow, "{line}");
+        }
+        // Without a rule, or past what it names, the mode's ask stands.
+        assert_eq!(evaluate(&bash("git push origin HEAD:feature/x", Mode::Chat), &[]).decision, Decision::Ask);
+        assert_eq!(evaluate(&bash("git push origin main", Mode::Chat), &[&feature]).decision, Decision::Ask);
+        assert_eq!(evaluate(&bash("git push origin feature/a main", Mode::Chat), &[&feature]).decision, Decision::Ask);
+        assert_eq!(evaluate(&bash("git push", Mode::Chat), &[&feature]).decision, Decision::Ask);
+        // A rule may be stricter than the mode's ask.
+        let no = rules("[[rule]]\neffect = \"push_remote\"\nbranch = \"feature/*\"\ndecision = \"deny\"\n");
+        assert_eq!(evaluate(&bash("git push origin feature/x", Mode::Chat), &[&no]).decision, Decision::Deny);
+        // Read-only modes deny a mutation whatever a rule says; the fixed list stays fixed.
+        for mode in [Mode::Plan, Mode::Review, Mode::Orchestrate] {
+            let e = evaluate(&bash("git push origin feature/x", mode), &[&feature]);
+            assert_eq!(e.decision, Decision::Deny, "{mode}");
+        }
+        assert_eq!(evaluate(&bash("sudo git push origin feature/x", Mode::Chat), &[&feature]).decision, Decision::Deny);
+        // Another part of the line is judged for itself.
+        let e = evaluate(&bash("git push origin feature/x && npm publish", Mode::Chat), &[&feature]);
+        assert_eq!(e.decision, Decision::Ask, "{e:?}");
     }
 
     #[test]
