@@ -25,6 +25,15 @@ pub fn is_mutation_class(effect: Effect) -> bool {
     !matches!(effect, Effect::RunCommand | Effect::AccessNetwork)
 }
 
+/// Whether the tool `name` writes or deletes files (a write an agent asks about is
+/// judged by where it lands: [`crate::roots`]).
+pub fn writes(name: &str) -> bool {
+    TOOLS
+        .iter()
+        .find(|t| t.name == name)
+        .is_some_and(|t| t.effects.iter().any(|e| matches!(e, Effect::WriteFile | Effect::DeleteFile)))
+}
+
 pub const TOOLS: &[Tool] = &[
     Tool { name: "read", effects: &[], summary: "read a file (offset, limit, binary detection)", needs_egress: false },
     Tool { name: "search", effects: &[], summary: "regex over file contents, gitignore-aware", needs_egress: false },

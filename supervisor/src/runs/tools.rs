@@ -143,11 +143,7 @@ fn died_in_flight(status: Status) -> RunError {
 /// write are judged: an agent reading the system's files is ordinary work, which the
 /// envelope shows read-only.
 fn placed(run: &LiveRun, described: &Described) -> Result<(), Misplaced> {
-    let writes = cc_policy::tools::TOOLS
-        .iter()
-        .find(|t| t.name == described.tool)
-        .is_some_and(|t| t.effects.iter().any(|e| matches!(e, Effect::WriteFile | Effect::DeleteFile)));
-    if !writes {
+    if !cc_policy::tools::writes(described.tool) {
         return Ok(());
     }
     let path = |bytes: &[u8]| Path::new(OsStr::from_bytes(bytes)).to_path_buf();

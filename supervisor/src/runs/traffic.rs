@@ -7,6 +7,7 @@ use cc_proto::supervisor::v1 as pb;
 use serde_json::json;
 
 use super::RunManager;
+use crate::events::printable;
 use crate::store::StoreError;
 pub use cc_store::traffic::{DESTINATIONS, OTHER_DESTINATIONS, Traffic};
 
@@ -19,26 +20,6 @@ pub const DENIAL_EVENTS: u32 = 500;
 /// bytes, but the refusal of an over-long one names what it was sent.
 const HOST_CHARS: usize = 300;
 const REASON_CHARS: usize = 500;
-
-/// `text` cut to `max` characters, control characters escaped: it came from an agent.
-pub fn printable(text: &str, max: usize) -> String {
-    let escaped = || {
-        text.chars().flat_map(|c| {
-            let mut one = String::new();
-            if c.is_control() {
-                one.extend(c.escape_debug())
-            } else {
-                one.push(c)
-            }
-            one.chars().collect::<Vec<_>>()
-        })
-    };
-    let mut out: String = escaped().take(max).collect();
-    if escaped().nth(max).is_some() {
-        out.push('…');
-    }
-    out
-}
 
 impl RunManager {
     /// Stores what the gateway reports: the totals in one transaction, then an event
@@ -113,18 +94,5 @@ impl RunManager {
     /// The run's egress per destination.
     pub fn egress_traffic(&self, run: &str) -> Result<Vec<Traffic>, StoreError> {
         self.env.store.egress_traffic(run)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_from_an_agent_are_escaped_and_cut() {
-        assert_eq!(printable("a\r\nb\0", 100), "a\\r\\nb\\0");
-        assert_eq!(printable(&"x".repeat(10), 4), "xxxx…");
-        assert_eq!(printable("plain.test", 10), "plain.test");
-        assert_eq!(printable("isn't \"quoted\"", 20), "isn't \"quoted\"", "only control characters");
     }
 }

@@ -155,3 +155,37 @@ impl EventLog {
         tokio::task::spawn_blocking(move || store.events_after(after, PAGE)).await.unwrap_or(Err(StoreError::Poisoned))
     }
 }
+
+/// `text` cut to `max` characters, control characters escaped: for what an agent sent
+/// that a record repeats (a host it named, a proxy's reason quoting it).
+pub fn printable(text: &str, max: usize) -> String {
+    let escaped = || {
+        text.chars().flat_map(|c| {
+            let mut one = String::new();
+            if c.is_control() {
+                one.extend(c.escape_debug())
+            } else {
+                one.push(c)
+            }
+            one.chars().collect::<Vec<_>>()
+        })
+    };
+    let mut out: String = escaped().take(max).collect();
+    if escaped().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_from_an_agent_are_escaped_and_cut() {
+        assert_eq!(printable("a\r\nb\0", 100), "a\\r\\nb\\0");
+        assert_eq!(printable(&"x".repeat(10), 4), "xxxx…");
+        assert_eq!(printable("plain.test", 10), "plain.test");
+        assert_eq!(printable("isn't \"quoted\"", 20), "isn't \"quoted\"", "only control characters");
+    }
+}
