@@ -35,6 +35,12 @@ impl Effect {
         Effect::AccessNetwork,
     ];
 
+    /// Effects whose whole reach is the run's own copy (a file written, a commit made):
+    /// allowed by default, and needing no rule of their own beside a remote one.
+    pub fn stays_in_the_copy(self) -> bool {
+        matches!(self, Effect::WriteFile | Effect::DeleteFile | Effect::RunCommand | Effect::CreateCommit)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Effect::WriteFile => "write_file",

@@ -95,7 +95,7 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
                 .filter(|e| !(**e == Effect::PushRemote && action.pushes_through_gateway))
                 .map(|e| judge_effect(*e, &scope, action.mode, &rules))
                 .collect();
-            let source = match ruled(p, &judged, action.mode) {
+            let source = match ruled(p, &judged) {
                 Some(rule) => {
                     p.decision = rule.decision;
                     p.reason = rule.reason.clone();
@@ -138,25 +138,14 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
 }
 
 /// The classifier names an action; a person's rule about it decides (issue 37). A part
-/// the command policy asks about only because it changes remote state or installs
-/// packages (the mode's default for those) takes the decision of the rules that match
-/// every effect it was named with that reaches past the run's copy: the most
-/// restrictive of them, which may be an allow. Without such a rule for each, the mode's
-/// ask stands. Never in a read-only
-/// mode, where a mutation is denied whatever a rule says, and never for the fixed
-/// denials (privilege escalation, destruction, escape), which are not asks.
-fn ruled<'a>(part: &command::PartVerdict, judged: &'a [EffectVerdict], mode: Mode) -> Option<&'a EffectVerdict> {
-    use crate::effect::CommandClass as C;
-    let classes = part.part.effective_classes();
-    let asked_by_default = part.decision == Decision::Ask
-        && (classes.contains(&C::RemoteMutation) || part.part.effects.contains(&Effect::InstallPackage));
-    // The effects that reach past the run's copy; the local ones (writing a file,
-    // committing) need no rule of their own, and count only for their decision.
-    let local =
-        |e: Effect| matches!(e, Effect::WriteFile | Effect::DeleteFile | Effect::RunCommand | Effect::CreateCommit);
-    let mut remote = judged.iter().filter(|v| !local(v.effect)).peekable();
+/// whose ask is only the mode's default ([`command::ModeDecision::rules_decide`]) takes
+/// the decision of the rules that match every effect it was named with beyond the
+/// run's copy: the most restrictive of them, which may be an allow. Without such a rule
+/// for each, the mode's ask stands.
+fn ruled<'a>(part: &command::PartVerdict, judged: &'a [EffectVerdict]) -> Option<&'a EffectVerdict> {
+    let mut remote = judged.iter().filter(|v| !v.effect.stays_in_the_copy()).peekable();
     let every_effect_ruled = remote.peek().is_some() && remote.all(|v| v.source != "default");
-    if mode.is_read_only() || !asked_by_default || !every_effect_ruled {
+    if !part.rules_decide || !every_effect_ruled {
         return None;
     }
     judged.iter().max_by_key(|v| v.decision)
@@ -325,6 +314,25 @@ mod tests {
         RuleSet::parse(text, "rules.toml").unwrap()
     }
 
+    /// The harness's bash call of `line` in `mode`.
+    fn bash(line: &str, mode: Mode) -> Action {
+        Action {
+            effects: [Effect::RunCommand].into(),
+            tool: Some("bash".into()),
+            command_line: Some(line.into()),
+            mode,
+            ..Action::default()
+        }
+    }
+
+    #[test]
+    fn the_effects_that_stay_in_the_copy_are_the_ones_allowed_by_default() {
+        for effect in Effect::ALL {
+            let allowed = default_for(effect, &Scope::default()).0 == Decision::Allow;
+            assert_eq!(effect.stays_in_the_copy(), allowed, "{effect}");
+        }
+    }
+
     fn push(refs: &[&str]) -> Action {
         Action {
             effects: [Effect::PushRemote].into(),
@@ -475,13 +483,6 @@ mod tests {
     #[test]
     fn command_lines_meet_the_rules_with_their_own_scopes() {
         let set = rules(MAIN_DENY);
-        let bash = |line: &str, mode| Action {
-            effects: [Effect::RunCommand].into(),
-            tool: Some("bash".into()),
-            command_line: Some(line.into()),
-            mode,
-            ..Action::default()
-        };
         let e = evaluate(&bash("git commit -m x && git push origin main", Mode::Chat), &[&set]);
         assert_eq!((e.decision, e.reason.as_str()), (Decision::Deny, "direct pushes to main are not allowed"));
         assert_eq!(evaluate(&bash("git push origin feature", Mode::Chat), &[&set]).decision, Decision::Ask);
@@ -503,13 +504,6 @@ mod tests {
     #[test]
     fn a_persons_rule_decides_what_the_classifier_named_and_the_mode_only_asks_by_default() {
         let feature = rules("[[rule]]\neffect = \"push_remote\"\nbranch = \"feature/*\"\ndecision = \"allow\"\n");
-        let bash = |line: &str, mode| Action {
-            effects: [Effect::RunCommand].into(),
-            tool: Some("bash".into()),
-            command_line: Some(line.into()),
-            mode,
-            ..Action::default()
-        };
         let e = evaluate(&bash("git push origin HEAD:feature/x", Mode::Chat), &[&feature]);
         assert_eq!((e.decision, e.source.as_str()), (Decision::Allow, "rules.toml:1"), "{e:?}");
         // What `policy check` prints is the reason for the decision, the command's part too.

@@ -110,6 +110,19 @@ pub struct PartVerdict {
     pub part: Part,
     pub decision: Decision,
     pub reason: String,
+    /// See [`ModeDecision::rules_decide`].
+    pub rules_decide: bool,
+}
+
+/// What a mode decides for one part, and why, in words a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeDecision {
+    pub decision: Decision,
+    pub reason: String,
+    /// The decision is only chat's ask on a remote change or an install: the default of
+    /// the rules about the part's effects, which a person's rule about them replaces
+    /// (issue 37; `evaluate`). Never for a read-only mode's denial or a fixed one.
+    pub rules_decide: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,8 +138,8 @@ pub fn check(line: &str, mode: Mode) -> CommandVerdict {
     let parts: Vec<PartVerdict> = analyze(line)
         .into_iter()
         .map(|part| {
-            let (decision, reason) = mode_decision(mode, &part);
-            PartVerdict { part, decision, reason }
+            let ModeDecision { decision, reason, rules_decide } = mode_decision(mode, &part);
+            PartVerdict { part, decision, reason, rules_decide }
         })
         .collect();
     let worst = parts.iter().max_by_key(|p| p.decision);
@@ -136,8 +149,10 @@ pub fn check(line: &str, mode: Mode) -> CommandVerdict {
     }
 }
 
-/// What a mode decides for one part, and why, in words a person can act on.
-pub fn mode_decision(mode: Mode, part: &Part) -> (Decision, String) {
+/// What `mode` decides for `part`.
+pub fn mode_decision(mode: Mode, part: &Part) -> ModeDecision {
+    let fixed = |decision, reason| ModeDecision { decision, reason, rules_decide: false };
+    let by_default = |reason| ModeDecision { decision: Decision::Ask, reason, rules_decide: true };
     let classes = part.effective_classes();
     let what = part.argv.first().map(String::as_str).unwrap_or("the command");
     let severe = [
@@ -147,12 +162,12 @@ pub fn mode_decision(mode: Mode, part: &Part) -> (Decision, String) {
     ];
     for (class, words) in severe {
         if classes.contains(&class) {
-            return (Decision::Deny, format!("{what}: {words} is never allowed{}", detail(part)));
+            return fixed(Decision::Deny, format!("{what}: {words} is never allowed{}", detail(part)));
         }
     }
     if mode.is_read_only() {
         if classes.iter().all(|c| *c == CommandClass::ReadOnly) {
-            return (Decision::Allow, format!("{what}: read-only"));
+            return fixed(Decision::Allow, format!("{what}: read-only"));
         }
         let why = if classes.contains(&CommandClass::Opaque) {
             "cannot be seen into (opaque)"
@@ -161,21 +176,21 @@ pub fn mode_decision(mode: Mode, part: &Part) -> (Decision, String) {
         } else {
             "changes files or state"
         };
-        return (Decision::Deny, format!("{what}: {why}, denied in {mode} mode{}", detail(part)));
+        return fixed(Decision::Deny, format!("{what}: {why}, denied in {mode} mode{}", detail(part)));
     }
     if classes.contains(&CommandClass::RemoteMutation) {
-        return (Decision::Ask, format!("{what}: changes remote state{}", detail(part)));
+        return by_default(format!("{what}: changes remote state{}", detail(part)));
     }
     if part.effects.contains(&Effect::InstallPackage) {
-        return (Decision::Ask, format!("{what}: installs packages{}", detail(part)));
+        return by_default(format!("{what}: installs packages{}", detail(part)));
     }
     if classes.contains(&CommandClass::Opaque) {
-        return (
+        return fixed(
             Decision::Allow,
             format!("{what}: opaque, allowed in chat mode (the envelope is the boundary){}", detail(part)),
         );
     }
-    (Decision::Allow, format!("{what}: {}", classes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")))
+    fixed(Decision::Allow, format!("{what}: {}", classes.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")))
 }
 
 fn detail(part: &Part) -> String {
