@@ -5,7 +5,8 @@
 //! whole start-up and shutdown sequence; `ccctl`, the client, is the `cc-client` crate.
 //! What it keeps lives in crates of its own, re-exported here by the names its modules
 //! use: `state.db` and the event log in `cc-store`, the helpers' care in `cc-helpers`,
-//! the data directory's lock and systemd's readiness word in `cc-host`.
+//! the gate (rules in force, approvals, its service) in `cc-gate`, the data directory's
+//! lock and systemd's readiness word in `cc-host`.
 #![forbid(unsafe_code)]
 
 pub mod adapters;
@@ -14,12 +15,12 @@ pub mod cli;
 pub mod conversations;
 pub mod convert;
 pub mod daemon;
-pub mod gate;
 pub mod reload;
 pub mod rigs;
 pub mod runs;
 pub mod terminals;
 
+pub use cc_gate as gate;
 pub use cc_helpers::{backoff, channels, health, helpers};
 pub use cc_host::{lock, sd_notify};
 pub use cc_proto::{paths, reflection};

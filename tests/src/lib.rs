@@ -3,6 +3,7 @@
 //! `READY=1`), never from sleeping.
 #![forbid(unsafe_code)]
 
+pub mod approver;
 pub mod fs;
 pub mod gateway_world;
 pub mod git_host;

@@ -6,11 +6,8 @@ use std::time::{Duration, Instant};
 
 use cc_proto::common::v1::{Decision, EffectClass, Mode};
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::watch_approvals_response::Event as Kind;
+use cc_tests::approver::Approver;
 use cc_tests::{Options, Supervisor, all_events, payload};
-use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
 
 const DENY_MAIN: &str = "# pushes\n\n[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"deny\"\nreason = \"direct pushes to main are not allowed\"\n";
 
@@ -51,51 +48,6 @@ fn spawn_decide(sup: &Supervisor, summary: &str) -> tokio::task::JoinHandle<pb::
         let mut gate = cc_client::connect_gate(&socket).await.unwrap();
         gate.decide_action(pb::DecideActionRequest { action: Some(action) }).await.unwrap().into_inner()
     })
-}
-
-/// An approver speaking the wire protocol directly: questions in, answers out.
-struct Approver {
-    answers: mpsc::Sender<pb::WatchApprovalsRequest>,
-    events: tonic::Streaming<pb::WatchApprovalsResponse>,
-}
-
-impl Approver {
-    async fn connect(sup: &Supervisor, name: &str) -> Self {
-        let (answers, rx) = mpsc::channel(8);
-        let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        request.metadata_mut().insert("x-cc-approver", name.parse().unwrap());
-        let mut events = gate(sup).await.watch_approvals(request).await.expect("watch").into_inner();
-        match Self::next(&mut events).await {
-            Kind::Watching(w) => assert!(w.approver.starts_with(name), "{w:?}"),
-            other => panic!("first event is not watching: {other:?}"),
-        }
-        Approver { answers, events }
-    }
-
-    async fn next(events: &mut tonic::Streaming<pb::WatchApprovalsResponse>) -> Kind {
-        let e = tokio::time::timeout(Duration::from_secs(10), events.next()).await.expect("an approval event in time");
-        e.expect("stream open").expect("event").event.expect("event kind")
-    }
-
-    async fn question(&mut self) -> pb::ApprovalQuestion {
-        match Self::next(&mut self.events).await {
-            Kind::Question(q) => q,
-            other => panic!("expected a question, got {other:?}"),
-        }
-    }
-
-    async fn resolved(&mut self) -> pb::ApprovalResolved {
-        match Self::next(&mut self.events).await {
-            Kind::Resolved(r) => r,
-            other => panic!("expected a resolution, got {other:?}"),
-        }
-    }
-
-    async fn answer(&self, id: &str, decision: Decision) {
-        let answer =
-            pb::WatchApprovalsRequest { question_id: id.into(), decision: decision as i32, note: String::new() };
-        self.answers.send(answer).await.expect("send answer");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,7 @@
 //!
 //! [gate]
 //! rules = "rules.toml"                # global rules; relative to this file
+//! approved = "approved.toml"          # approvers' "always" answers, as rules (the default)
 //! approval_timeout_ms = 300000        # an ask unanswered this long is a deny
 //! [gate.workspaces]
 //! default = "rules/default.toml"      # a workspace's rules, on top of the global ones
@@ -326,13 +327,20 @@ impl Default for TerminalsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct GateConfig {
     pub rules: Option<PathBuf>,
+    /// Where approvers' "always" answers are written as rules; relative to this file.
+    pub approved: PathBuf,
     pub approval_timeout_ms: u64,
     pub workspaces: BTreeMap<String, PathBuf>,
 }
 
 impl Default for GateConfig {
     fn default() -> Self {
-        Self { rules: None, approval_timeout_ms: 300_000, workspaces: BTreeMap::new() }
+        Self {
+            rules: None,
+            approved: PathBuf::from("approved.toml"),
+            approval_timeout_ms: 300_000,
+            workspaces: BTreeMap::new(),
+        }
     }
 }
 

@@ -125,12 +125,14 @@ pub fn evaluate(action: &Action, rule_sets: &[&RuleSet]) -> Evaluation {
         }
     }
     if worst.0 == Decision::Allow {
-        if let Some(source) = ruled_by {
+        // An allow names the rule that gave it, if one did.
+        let by_rule = effects.iter().find(|v| v.source != "default");
+        if let Some(source) = ruled_by.or_else(|| by_rule.map(|v| v.source.clone())) {
             worst.2 = source;
         }
         worst.1 = match &command {
             Some(c) if !c.parts.is_empty() => c.reason.clone(),
-            _ => effects.first().map_or_else(|| "nothing to decide".into(), |v| v.reason.clone()),
+            _ => by_rule.or(effects.first()).map_or_else(|| "nothing to decide".into(), |v| v.reason.clone()),
         };
     }
     dedup(&mut effects);
@@ -173,7 +175,7 @@ fn dedup(effects: &mut Vec<EffectVerdict>) {
     });
 }
 
-fn part_scope(action: &Scope, part: &PartScope) -> Scope {
+pub(crate) fn part_scope(action: &Scope, part: &PartScope) -> Scope {
     Scope {
         repo: action.repo.clone(),
         refs: part.refs.clone(),

@@ -12,6 +12,7 @@ pub mod command;
 pub mod effect;
 pub mod egress;
 pub mod evaluate;
+pub mod grants;
 pub mod paths;
 pub mod roots;
 pub mod rules;

@@ -102,6 +102,8 @@ pub struct Rule {
     pub delete: Option<bool>,
     /// `file:line`, for people reading a decision.
     pub source: String,
+    /// The line of the file the rule begins on.
+    pub line: usize,
 }
 
 impl Rule {
@@ -230,6 +232,7 @@ impl RuleSet {
                 force: r.force,
                 delete: r.delete,
                 source: format!("{source_name}:{line}"),
+                line,
             });
         }
         Ok(RuleSet { rules })

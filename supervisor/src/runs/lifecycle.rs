@@ -279,6 +279,7 @@ impl RunManager {
         // Nothing of the run runs any more: its door closes and its credentials go.
         self.end_gateway(id).await;
         self.end_credentials(id).await;
+        self.env.gate.forget_run(id);
         if let Some(live) = &live {
             // Whatever of the run sandboxd did not know (the runner's own children).
             live.cgroup.remove().await;

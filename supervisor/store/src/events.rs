@@ -45,6 +45,11 @@ impl EventLog {
         Self { store, live, order: std::sync::Mutex::default() }
     }
 
+    /// The database the log is kept in.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     /// Records an event. A failure to store is logged, not fatal: the supervisor's job
     /// is to keep the helpers running, and the log line carries the event.
     pub fn record(&self, kind: &str, subject: &str, payload: serde_json::Value) {

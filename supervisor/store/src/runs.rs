@@ -139,8 +139,30 @@ impl Store {
             "UPDATE runs SET state = ?2, ended_unix_ms = ?3, end_reason = ?4 WHERE id = ?1 AND state IN ({})",
             states_before(state)
         );
-        self.conn()?.execute(&sql, params![id, state.as_str(), ended_unix_ms, reason])?;
+        let conn = self.conn()?;
+        conn.execute(&sql, params![id, state.as_str(), ended_unix_ms, reason])?;
+        // What was approved for the run's life ends with it.
+        conn.execute("DELETE FROM run_approvals WHERE run = ?1", [id])?;
         Ok(())
+    }
+
+    /// Keeps the rules an approver allowed for `run`'s life (from `question`).
+    pub fn add_run_approval(&self, run: &str, question: &str, rules: &str, now_unix_ms: i64) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "INSERT OR REPLACE INTO run_approvals (run, question, rules, created_unix_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![run, question, rules, now_unix_ms],
+        )?;
+        Ok(())
+    }
+
+    /// What was approved for `run`'s life, as (question, rules text), oldest first.
+    pub fn run_approvals(&self, run: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT question, rules FROM run_approvals WHERE run = ?1 ORDER BY created_unix_ms, question",
+        )?;
+        let rows = stmt.query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     pub fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -195,7 +217,12 @@ mod tests {
         };
         store.insert_run(&run).unwrap();
         assert_eq!(store.run("r1").unwrap().unwrap(), run);
+        store.add_run_approval("r1", "q1", "[[rule]]\n", 6).unwrap();
+        store.add_run_approval("r2", "q2", "[[rule]]\n", 6).unwrap();
+        assert_eq!(store.run_approvals("r1").unwrap(), [("q1".to_owned(), "[[rule]]\n".to_owned())]);
         store.end_run("r1", RunState::Failed, 9, "runner exited").unwrap();
+        assert!(store.run_approvals("r1").unwrap().is_empty(), "what was approved for a run ends with it");
+        assert_eq!(store.run_approvals("r2").unwrap().len(), 1);
         let ended = store.run("r1").unwrap().unwrap();
         assert_eq!(
             (ended.state, ended.ended_unix_ms, ended.end_reason.as_deref()),

@@ -99,6 +99,15 @@ const MIGRATIONS: &[&str] = &[
             (SELECT MIN(time_unix_ms) FROM events),
             CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
         WHERE name = 'default' AND created_unix_ms = 0;",
+    // 8: what approvers allowed for a run's life (issue 37): rules-file text per
+    // question, gone when the run ends.
+    "CREATE TABLE run_approvals (
+        run TEXT NOT NULL,
+        question TEXT NOT NULL,
+        rules TEXT NOT NULL,
+        created_unix_ms INTEGER NOT NULL,
+        PRIMARY KEY (run, question)
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -74,7 +74,7 @@ pub(super) enum Command {
     /// Answer the gate's questions (an ask with no approver connected is a deny)
     Approvals {
         #[command(subcommand)]
-        action: super::gate::ApprovalsAction,
+        action: super::approvals::ApprovalsAction,
     },
     /// The tools a run has in a mode
     Tools(super::gate::ToolsArgs),

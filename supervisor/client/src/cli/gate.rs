@@ -1,17 +1,10 @@
-//! `ccctl policy`, `ccctl approvals` and `ccctl tools`: the gate, from a terminal.
+//! `ccctl policy` and `ccctl tools`: the gate, from a terminal.
 
-use std::collections::VecDeque;
-use std::io::Write;
-
-use anyhow::{Context, anyhow, bail};
+use anyhow::anyhow;
 use cc_proto::common::v1 as common;
 use cc_proto::supervisor::v1 as pb;
-use cc_proto::supervisor::v1::watch_approvals_response::Event as Kind;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use super::render::one_line;
@@ -55,25 +48,6 @@ pub enum PolicyAction {
         /// The command line (several words are joined with spaces)
         #[arg(last = true, required = true)]
         command: Vec<String>,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum ApprovalsAction {
-    /// Answer the gate's questions as they come (interactively, or with --answer)
-    Watch {
-        /// Answer every question this way, without asking
-        #[arg(long, value_parser = ["allow", "deny"])]
-        answer: Option<String>,
-        /// Stop after answering this many questions
-        #[arg(long)]
-        count: Option<u64>,
-        /// The name the gate records for this approver [default: ccctl pid <pid>]
-        #[arg(long)]
-        name: Option<String>,
-        /// A note recorded with every answer
-        #[arg(long, default_value = "")]
-        note: String,
     },
 }
 
@@ -129,124 +103,7 @@ pub async fn tools(mut gate: GateClient, args: ToolsArgs, json: bool) -> anyhow:
     Ok(())
 }
 
-pub async fn approvals(mut gate: GateClient, action: ApprovalsAction, json: bool) -> anyhow::Result<()> {
-    let ApprovalsAction::Watch { answer, count, name, note } = action;
-    let fixed = answer.map(|a| if a == "allow" { common::Decision::Allow } else { common::Decision::Deny });
-    let name = name.unwrap_or_else(|| format!("ccctl pid {}", std::process::id()));
-    let (answers, outbound) = tokio::sync::mpsc::channel::<pb::WatchApprovalsRequest>(16);
-    let mut request = tonic::Request::new(ReceiverStream::new(outbound));
-    let header = name.parse().context("the approver name must be printable ASCII")?;
-    request.metadata_mut().insert("x-cc-approver", header);
-    let mut events = gate.watch_approvals(request).await.map_err(rpc_error)?.into_inner();
-    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    let mut waiting: VecDeque<pb::ApprovalQuestion> = VecDeque::new();
-    // Counted when the gate confirms: leaving before that could lose the answer.
-    let mut answered = 0u64;
-    let mut sent: Vec<String> = Vec::new();
-    let mut stdin_open = true;
-    loop {
-        if count.is_some_and(|c| answered >= c) {
-            return Ok(());
-        }
-        let prompting = fixed.is_none() && stdin_open && !waiting.is_empty();
-        tokio::select! {
-            event = events.next() => {
-                let event = match event {
-                    None => bail!("the supervisor ended the approval stream"),
-                    Some(e) => e.map_err(rpc_error)?,
-                };
-                match event.event {
-                    Some(Kind::Watching(w)) => say(json, json!({ "watching": w.approver }), &format!("watching for approvals as {}", w.approver)),
-                    Some(Kind::Question(q)) => {
-                        say(json, question_json(&q), &question_text(&q));
-                        match fixed {
-                            Some(decision) => {
-                                let reply = pb::WatchApprovalsRequest { question_id: q.question_id.clone(), decision: decision as i32, note: note.clone() };
-                                answers.send(reply).await.map_err(|_| anyhow!("the approval stream closed"))?;
-                                sent.push(q.question_id.clone());
-                            }
-                            None => {
-                                waiting.push_back(q);
-                                if waiting.len() == 1 { prompt() }
-                            }
-                        }
-                    }
-                    Some(Kind::Resolved(r)) => {
-                        let decision = decision_name(r.decision);
-                        say(json, json!({ "resolved": r.question_id, "decision": decision, "decided_by": r.decided_by, "reason": r.reason }),
-                            &format!("{}: {decision} ({})", r.question_id, one_line(&r.reason)));
-                        if let Some(pos) = sent.iter().position(|id| *id == r.question_id) {
-                            sent.remove(pos);
-                            answered += 1;
-                        }
-                        let was_first = waiting.front().is_some_and(|q| q.question_id == r.question_id);
-                        waiting.retain(|q| q.question_id != r.question_id);
-                        if was_first && !waiting.is_empty() { prompt() }
-                    }
-                    None => {}
-                }
-            }
-            line = stdin.next_line(), if prompting => {
-                let Some(q) = waiting.front().cloned() else { continue };
-                let decision = match line.context("cannot read the answer")? {
-                    None => { stdin_open = false; continue }
-                    Some(l) if matches!(l.trim(), "y" | "yes" | "allow") => common::Decision::Allow,
-                    Some(l) if matches!(l.trim(), "n" | "no" | "deny" | "") => common::Decision::Deny,
-                    Some(_) => { prompt(); continue }
-                };
-                let reply = pb::WatchApprovalsRequest { question_id: q.question_id.clone(), decision: decision as i32, note: note.clone() };
-                answers.send(reply).await.map_err(|_| anyhow!("the approval stream closed"))?;
-                sent.push(q.question_id.clone());
-                waiting.pop_front();
-                if !waiting.is_empty() { prompt() }
-            }
-        }
-    }
-}
-
-fn prompt() {
-    print!("allow? [y/N] ");
-    let _ = std::io::stdout().flush();
-}
-
-fn say(json: bool, value: Value, text: &str) {
-    if json {
-        println!("{value}");
-    } else {
-        println!("{}", one_line(text));
-    }
-    let _ = std::io::stdout().flush();
-}
-
-fn question_text(q: &pb::ApprovalQuestion) -> String {
-    let a = q.action.clone().unwrap_or_default();
-    let what = if !a.summary.is_empty() {
-        a.summary.clone()
-    } else if !a.command_line.is_empty() {
-        a.command_line.clone()
-    } else {
-        effects(&a.effects).join(", ")
-    };
-    let why = q.verdict.as_ref().map(|v| v.reason.clone()).unwrap_or_default();
-    let run = if a.run_id.is_empty() { String::new() } else { format!(" run {}", a.run_id) };
-    format!("{}{run}: {what} ({why})", q.question_id)
-}
-
-fn question_json(q: &pb::ApprovalQuestion) -> Value {
-    let a = q.action.clone().unwrap_or_default();
-    json!({
-        "question": q.question_id,
-        "run": a.run_id,
-        "tool": a.tool,
-        "summary": a.summary,
-        "command_line": a.command_line,
-        "effects": effects(&a.effects),
-        "reason": q.verdict.as_ref().map(|v| v.reason.clone()),
-        "deadline": super::render::json_time(q.expire_time.as_ref()),
-    })
-}
-
-fn effects(list: &[i32]) -> Vec<String> {
+pub(super) fn effects(list: &[i32]) -> Vec<String> {
     list.iter()
         .map(|e| match common::EffectClass::try_from(*e) {
             Ok(c) => c.as_str_name().trim_start_matches("EFFECT_CLASS_").to_ascii_lowercase(),
@@ -255,7 +112,7 @@ fn effects(list: &[i32]) -> Vec<String> {
         .collect()
 }
 
-fn decision_name(d: i32) -> &'static str {
+pub(super) fn decision_name(d: i32) -> &'static str {
     match common::Decision::try_from(d) {
         Ok(common::Decision::Allow) => "allow",
         Ok(common::Decision::Ask) => "ask",

@@ -1,6 +1,7 @@
 //! `ccctl`, the command-line client. Every command has `--help` and `--json`; every
 //! error is one line, `ccctl: …`, with a non-zero exit code.
 
+mod approvals;
 mod args;
 mod diagnose;
 mod errors;
@@ -281,7 +282,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             render::reloaded(&reloaded, cli.json);
         }
         Command::Policy { action } => gate::policy(connect_gate(&socket, &data).await?, action, cli.json).await?,
-        Command::Approvals { action } => gate::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?,
+        Command::Approvals { action } => {
+            approvals::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?
+        }
         Command::Tools(args) => gate::tools(connect_gate(&socket, &data).await?, args, cli.json).await?,
         Command::Run { action: runs::RunAction::Events { id, follow } } => {
             let mut client = connect(&socket, &data).await?;

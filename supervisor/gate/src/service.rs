@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use cc_policy::evaluate::default_summary;
-use cc_policy::{Effect, tools};
+use cc_policy::{Effect, grants, tools};
 use cc_proto::auth::Caller;
 use cc_proto::supervisor::v1 as pb;
 use cc_proto::supervisor::v1::gate_server::Gate as GateRpc;
@@ -13,7 +13,8 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{Gate, wire};
+use super::approvals::Answer;
+use super::{Gate, GrantError, wire};
 
 pub struct GateService {
     gate: Arc<Gate>,
@@ -93,18 +94,7 @@ impl GateRpc for GateService {
     ) -> Result<Response<pb::GetPolicyResponse>, Status> {
         let workspace = request.into_inner().workspace_id;
         let in_force = self.gate.rules();
-        let rules = in_force
-            .sets(&workspace)
-            .into_iter()
-            .flat_map(|set| set.rules.iter())
-            .map(|r| pb::PolicyRule {
-                effect: wire::effect(r.effect) as i32,
-                decision: wire::decision(r.decision) as i32,
-                reason: r.reason.clone().unwrap_or_default(),
-                scope: r.scopes().into_iter().map(|(key, value)| pb::ScopeEntry { key: key.into(), value }).collect(),
-                source: r.source.clone(),
-            })
-            .collect();
+        let rules = in_force.sets(&workspace).into_iter().flat_map(|set| set.rules.iter()).map(policy_rule).collect();
         let defaults = Effect::ALL
             .iter()
             .map(|e| {
@@ -170,9 +160,13 @@ impl GateRpc for GateService {
             // The approver is registered for as long as its stream of answers lasts.
             while let Some(next) = answers.next().await {
                 let Ok(answer) = next else { break };
-                let outcome = wire::decision_from(answer.decision).map_err(|e| e.message().to_owned()).and_then(|d| {
-                    gate.approvals.answer(id, &answer.question_id, d, &answer.note).map_err(|e| e.to_string())
-                });
+                let outcome = wire::decision_from(answer.decision)
+                    .and_then(|d| Ok((d, wire::approval_scope_from(answer.scope)?)))
+                    .map_err(|e| e.message().to_owned())
+                    .and_then(|(decision, scope)| {
+                        let answer_is = Answer { decision, scope, note: answer.note.clone() };
+                        gate.answer(id, &answer.question_id, answer_is).map_err(|e| e.to_string())
+                    });
                 if let Err(why) = outcome {
                     tracing::warn!(approver = id, question = answer.question_id, why, "an answer was refused");
                 }
@@ -180,5 +174,45 @@ impl GateRpc for GateService {
             gate.approvals.disconnect(id);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(events))))
+    }
+
+    async fn list_approval_rules(
+        &self,
+        _request: Request<pb::ListApprovalRulesRequest>,
+    ) -> Result<Response<pb::ListApprovalRulesResponse>, Status> {
+        let in_force = self.gate.rules();
+        let (text, set) = in_force.approved();
+        let approval_rules = grants::blocks(text)
+            .into_iter()
+            .map(|b| pb::ApprovalRule {
+                rules: b.rules(set).into_iter().map(policy_rule).collect(),
+                approval_rule_id: b.id,
+                granted: b.granted,
+            })
+            .collect();
+        let file = in_force.approved_file().display().to_string();
+        Ok(Response::new(pb::ListApprovalRulesResponse { approval_rules, file }))
+    }
+
+    async fn delete_approval_rule(
+        &self,
+        request: Request<pb::DeleteApprovalRuleRequest>,
+    ) -> Result<Response<pb::DeleteApprovalRuleResponse>, Status> {
+        let id = request.into_inner().approval_rule_id;
+        match self.gate.revoke(&id) {
+            Ok(()) => Ok(Response::new(pb::DeleteApprovalRuleResponse {})),
+            Err(e @ GrantError::Unknown(_)) => Err(Status::not_found(e.to_string())),
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+}
+
+fn policy_rule(r: &cc_policy::Rule) -> pb::PolicyRule {
+    pb::PolicyRule {
+        effect: wire::effect(r.effect) as i32,
+        decision: wire::decision(r.decision) as i32,
+        reason: r.reason.clone().unwrap_or_default(),
+        scope: r.scopes().into_iter().map(|(key, value)| pb::ScopeEntry { key: key.into(), value }).collect(),
+        source: r.source.clone(),
     }
 }

@@ -6,21 +6,34 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use cc_policy::Decision;
+use cc_policy::grants::ApprovalScope;
 use cc_proto::supervisor::v1::{
-    ApprovalQuestion, ApprovalResolved, ApprovalWatching, WatchApprovalsResponse as ApprovalEvent,
-    watch_approvals_response::Event as Kind,
+    ApprovalAnswerRejected, ApprovalQuestion, ApprovalResolved, ApprovalWatching,
+    WatchApprovalsResponse as ApprovalEvent, watch_approvals_response::Event as Kind,
 };
 use cc_proto::time::{timestamp, unix_ms};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 /// Why an approver's answer changed nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum AnswerError {
     #[error("an answer is allow or deny")]
-    NotAnAnswer,
+    Ask,
     #[error("this approver is no longer registered")]
-    NotRegistered,
+    Unregistered,
+    #[error("{0}")]
+    CannotLast(#[from] super::GrantError),
+}
+
+/// An approver's answer to one question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub decision: Decision,
+    /// How long an allow lasts; a deny is for its question only.
+    pub scope: ApprovalScope,
+    /// Said with the decision, in the event log.
+    pub note: String,
 }
 
 /// How an ask ended.
@@ -33,11 +46,19 @@ pub struct Outcome {
     /// Denied because no approver answered: none connected, none in time, or the
     /// ones there went away. A client tells it from a refusal by its reason.
     pub unanswered: bool,
+    /// How long the approver's allow lasts.
+    pub scope: ApprovalScope,
 }
 
 impl Outcome {
     fn deny(reason: impl Into<String>) -> Self {
-        Outcome { decision: Decision::Deny, reason: reason.into(), decided_by: "gate".into(), unanswered: true }
+        Outcome {
+            decision: Decision::Deny,
+            reason: reason.into(),
+            decided_by: "gate".into(),
+            unanswered: true,
+            scope: ApprovalScope::Once,
+        }
     }
 }
 
@@ -112,21 +133,39 @@ impl Approvals {
 
     /// An approver's answer. The first answer to a question decides it; everyone is
     /// told. An answer to a question already decided (or unknown) changes nothing.
-    pub fn answer(&self, approver: u64, question_id: &str, decision: Decision, note: &str) -> Result<(), AnswerError> {
+    /// An allow for longer than once is first made rules by `grant` (with the question
+    /// still open, so that no other answer slips in between); when it cannot be, the
+    /// answer is not taken, the approver is told why, and the question stays open.
+    pub fn answer(
+        &self,
+        approver: u64,
+        question_id: &str,
+        answer: Answer,
+        grant: impl FnOnce(&ApprovalQuestion, ApprovalScope, &str) -> Result<String, super::GrantError>,
+    ) -> Result<(), AnswerError> {
+        let Answer { decision, scope, note } = answer;
         if decision == Decision::Ask {
-            return Err(AnswerError::NotAnAnswer);
+            return Err(AnswerError::Ask);
         }
         let mut inner = self.lock();
         let Some(name) = inner.approvers.get(&approver).map(|a| a.name.clone()) else {
-            return Err(AnswerError::NotRegistered);
+            return Err(AnswerError::Unregistered);
         };
+        let Some(question) = inner.pending.get(question_id).map(|p| p.question.clone()) else { return Ok(()) };
+        let lasting = match (decision, scope) {
+            (_, ApprovalScope::Once) => Ok(String::new()),
+            (Decision::Deny, _) => Err(cc_policy::grants::NotGrantable::Refusal.into()),
+            _ => grant(&question, scope, &name),
+        }
+        .map_err(|e| reject(&mut inner, approver, question_id, e))?;
         let Some(pending) = inner.pending.remove(question_id) else { return Ok(()) };
+        let verb = if decision == Decision::Allow { "approved" } else { "refused" };
         let reason = if note.is_empty() {
-            format!("{} by {name}", if decision == Decision::Allow { "approved" } else { "refused" })
+            format!("{verb} by {name}{lasting}")
         } else {
-            format!("{} by {name}: {note}", if decision == Decision::Allow { "approved" } else { "refused" })
+            format!("{verb} by {name}{lasting}: {note}")
         };
-        let outcome = Outcome { decision, reason, decided_by: name, unanswered: false };
+        let outcome = Outcome { decision, reason, decided_by: name, unanswered: false, scope };
         let _ = pending.answer.send(outcome.clone());
         broadcast(&mut inner, resolved(question_id, &outcome));
         Ok(())
@@ -197,7 +236,20 @@ fn resolved(id: &str, outcome: &Outcome) -> ApprovalEvent {
         decision: super::wire::decision(outcome.decision) as i32,
         decided_by: outcome.decided_by.clone(),
         reason: outcome.reason.clone(),
+        scope: super::wire::approval_scope(outcome.scope) as i32,
     }))
+}
+
+/// Tells the approver its answer was not taken, and why; the question stays open.
+fn reject(inner: &mut Inner, approver: u64, question_id: &str, why: super::GrantError) -> AnswerError {
+    if let Some(a) = inner.approvers.get(&approver) {
+        let reason = why.to_string();
+        let _ = a.events.try_send(Ok(event(Kind::Rejected(ApprovalAnswerRejected {
+            question_id: question_id.to_owned(),
+            reason,
+        }))));
+    }
+    AnswerError::CannotLast(why)
 }
 
 /// Sends to every approver; one whose queue is closed or full is dropped (a full queue

@@ -4,6 +4,7 @@
 
 use cc_policy::command::CommandVerdict;
 use cc_policy::evaluate::EffectVerdict;
+use cc_policy::grants::ApprovalScope;
 use cc_policy::{Action, Decision, Effect, Evaluation, Mode, Scope};
 use cc_proto::common::v1 as common;
 use cc_proto::supervisor::v1 as pb;
@@ -50,6 +51,24 @@ pub fn decision_from(raw: i32) -> Result<Decision, Status> {
         Ok(common::Decision::Ask) => Ok(Decision::Ask),
         Ok(common::Decision::Deny) => Ok(Decision::Deny),
         _ => Err(Status::invalid_argument(format!("a decision is allow or deny, not {raw}"))),
+    }
+}
+
+pub fn approval_scope(s: ApprovalScope) -> pb::ApprovalScope {
+    match s {
+        ApprovalScope::Once => pb::ApprovalScope::Once,
+        ApprovalScope::Run => pb::ApprovalScope::Run,
+        ApprovalScope::Always => pb::ApprovalScope::Always,
+    }
+}
+
+/// Unspecified is once: an answer from a client that predates scopes lasts as it did.
+pub fn approval_scope_from(raw: i32) -> Result<ApprovalScope, Status> {
+    match pb::ApprovalScope::try_from(raw) {
+        Ok(pb::ApprovalScope::Unspecified | pb::ApprovalScope::Once) => Ok(ApprovalScope::Once),
+        Ok(pb::ApprovalScope::Run) => Ok(ApprovalScope::Run),
+        Ok(pb::ApprovalScope::Always) => Ok(ApprovalScope::Always),
+        Err(_) => Err(Status::invalid_argument(format!("unknown approval scope {raw}: once, run or always"))),
     }
 }
 
