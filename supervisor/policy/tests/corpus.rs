@@ -5,7 +5,7 @@ use cc_policy::{Action, Decision, Effect, Mode, evaluate};
 
 mod common;
 
-use common::corpus;
+use common::{agents_corpus, corpus};
 
 fn decide(line: &str, mode: Mode) -> (Decision, String) {
     let action = Action {
@@ -21,8 +21,16 @@ fn decide(line: &str, mode: Mode) -> (Decision, String) {
 
 #[test]
 fn every_line_in_every_mode_gets_its_decision() {
-    let corpus = corpus();
-    assert!(corpus.len() >= 300, "the corpus has {} lines", corpus.len());
+    check(corpus(), 300);
+}
+
+#[test]
+fn every_line_agents_type_in_every_mode_gets_its_decision() {
+    check(agents_corpus(), 400);
+}
+
+fn check(corpus: Vec<(Decision, Decision, String)>, at_least: usize) {
+    assert!(corpus.len() >= at_least, "the corpus has {} lines", corpus.len());
     let mut failures = Vec::new();
     for (chat, read_only, line) in &corpus {
         for mode in Mode::ALL {

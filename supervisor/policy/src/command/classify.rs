@@ -241,6 +241,7 @@ fn unwrapped(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part
         let Some(first) = args.first() else { return };
         if !first.literal {
             part.add(C::Opaque, format!("the command name is computed at run time ({})", first.text));
+            super::wrappers::computed_command(an, first, &args[1..], part);
             // It may be `cd`, `source` or a function: nothing about this shell is known after it.
             if !an.in_child {
                 an.vars.forget_all();
@@ -257,6 +258,15 @@ fn unwrapped(an: &mut Analyzer, mut args: &[Arg], stdin_text: Option<&str>, part
         }
         let name = basename(&first.text).to_owned();
         let rest = &args[1..];
+        if name == "xargs"
+            && let Some(command) = stdin_text.and_then(|input| super::wrappers::xargs_with_input(rest, input))
+        {
+            // `echo /usr | xargs rm -rf`: the line shows what xargs adds.
+            part.add(C::ReadOnly, "");
+            part.via.push("xargs");
+            argv(an, &command, None, part);
+            return;
+        }
         match unwrap(an, &name, rest, part) {
             Unwrapped::Command(inner) => {
                 args = inner;
@@ -630,7 +640,10 @@ pub fn is_assignment(t: &str) -> bool {
 pub fn body(an: &mut Analyzer, word: Option<&Arg>, via: &'static str, part: &mut Part) {
     match word {
         Some(w) if w.literal => an.script(&w.text, Some(via)),
-        Some(w) => part.add(C::Opaque, format!("{via} runs a script computed at run time ({})", w.text)),
+        Some(w) => match super::words::script_text(&w.text, &an.vars) {
+            Some(script) => an.script(&script, Some(via)),
+            None => part.add(C::Opaque, format!("{via} runs a script computed at run time ({})", w.text)),
+        },
         None => part.add(C::ReadOnly, ""),
     }
 }

@@ -2,11 +2,12 @@
 //! mutation ("not known to be read-only"); a path to a program file is opaque.
 
 use super::Part;
-use super::classify::{argv, body, is_kernel_or_disk, join_as_script};
+use super::classify::{argv, body, is_kernel_or_disk, join_as_script, operand_words};
 use super::walk::Analyzer;
 use super::words::Arg;
 use crate::effect::{CommandClass as C, Effect as E};
 
+mod awk;
 mod cloud;
 mod containers;
 mod files;
@@ -17,8 +18,9 @@ mod packages;
 mod shells;
 mod system;
 
+use awk::awk;
 pub use files::changes_file as file_changed;
-use files::{awk, changes_file, copies, dd, find, is_system_dir, permissions, remove, sed, tar, writes};
+use files::{changes_file, copies, dd, find, is_system_dir, permissions, remove, sed, tar, writes};
 pub use packages::covered as package_managers;
 pub use shells::is_shell;
 use system::{ip, kill, systemctl};
@@ -40,6 +42,7 @@ const READ_ONLY: &[&str] = &[
     "logout", "env", "tty", "arch", "lscpu", "lsmod", "last", "w", "who", "users", "getent", "dmesg", "journalctl",
     "top", "htop", "vmstat", "iostat", "nm", "objdump", "readelf", "ldd", "size", "tput", "clear", "reset", "numfmt",
     "tsort", "look", "factor", "pathchk", "cut", "iconv", "delta", "bat", "fd", "fdfind", "fzf", "shellcheck",
+    "apropos", "whatis", "findmnt", "lsns", "lslocks", "lsipc", "lsusb", "lspci",
 ];
 
 /// Programs that change local files or state and nothing worse.
@@ -50,7 +53,7 @@ const MUTATION: &[&str] = &[
     "ld", "as", "ar", "strip", "zip", "unzip", "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "unzstd",
     "7z", "vi", "vim", "nvim", "nano", "emacs", "ed", "ex", "pico", "sqlite3", "mktemp", "mkfifo", "mknod", "pkill",
     "killall", "renice", "at", "batch", "service", "ssh-keygen", "ssh-add", "gpg", "openssl", "rustup", "direnv",
-    "shuf", "sponge", "chattr", "setfacl", "ctags", "prettier", "eslint", "black", "ruff", "rustfmt", "gofmt",
+    "sponge", "chattr", "setfacl", "ctags", "prettier", "eslint", "black", "ruff", "rustfmt", "gofmt",
 ];
 
 #[rustfmt::skip]
@@ -63,6 +66,7 @@ const INTERPRETERS: &[&str] = &[
 pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_text: Option<&str>, part: &mut Part) {
     shell_state(an, name, args);
     match name {
+        _ if version_probe(name, args) => part.add(C::ReadOnly, ""),
         "git" => git::git(an, args, part),
         "gh" => network::gh(args, part),
         "curl" => network::curl(args, part),
@@ -120,7 +124,10 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
         {
             part.add(C::Mutation, "history changes or writes the history")
         }
-        "xxd" if args.iter().filter(|a| !a.text.starts_with('-')).count() >= 2 => {
+        "xxd"
+            if operand_words(args, &["-c", "-g", "-l", "-o", "-s", "-n", "-cols", "-len", "-seek", "-name"]).len()
+                >= 2 =>
+        {
             part.add(C::Mutation, "xxd writes its second operand");
             part.effects.insert(E::WriteFile);
         }
@@ -237,6 +244,12 @@ pub fn program(an: &mut Analyzer, name: &str, word: &str, args: &[Arg], stdin_te
             }
             part.add(C::ReadOnly, "");
         }
+        "shuf" | "less" if writes_with_option(name, args) => {
+            part.add(C::Mutation, format!("{name} writes the file its option names"));
+            part.effects.insert(E::WriteFile);
+        }
+        "shuf" => part.add(C::ReadOnly, ""),
+        "rustc" if rustc_only_prints(args) => part.add(C::ReadOnly, ""),
         "uniq" => {
             if args.iter().filter(|a| !a.text.starts_with('-')).count() >= 2 {
                 part.add(C::Mutation, "uniq writes its second operand");
@@ -366,7 +379,7 @@ fn shell_state(an: &mut Analyzer, name: &str, args: &[Arg]) {
 /// wrapper we do not: `mywrap sudo id` is judged no looser than `sudo id`. The words
 /// from each one that names a known program on are classified as a command, and what
 /// they would do is added. The search does not nest and looks at the first words only.
-fn search_arguments(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
+pub(super) fn search_arguments(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
     const LOOK_AT: usize = 16;
     if an.searching {
         return;
@@ -394,6 +407,48 @@ fn search_arguments(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
         part.notes.extend(found.notes.into_iter().filter(|n| !n.is_empty()));
     }
     an.searching = false;
+}
+
+/// `--version`, `-version`, `-V` or `--help` alone (and `-v` for the programs where it
+/// means the version): the program says what it is and runs nothing else.
+fn version_probe(name: &str, args: &[Arg]) -> bool {
+    const DASH_V: &[&str] = &["node", "nodejs", "php", "ruby", "perl", "mvn", "gradle", "npm", "pnpm", "yarn"];
+    match args {
+        [a] if a.literal => match a.text.as_str() {
+            "--version" | "-version" | "-V" | "--help" => true,
+            "-v" => DASH_V.contains(&name),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// `less -o FILE`, `less --log-file=FILE`, `shuf -o FILE`: they copy what they show.
+fn writes_with_option(name: &str, args: &[Arg]) -> bool {
+    args.iter().any(|a| {
+        let t = a.text.as_str();
+        let short =
+            |letters: &str| t.starts_with('-') && !t.starts_with("--") && t[1..].contains(|c| letters.contains(c));
+        match name {
+            "less" => short("oO") || t.starts_with("--log-file") || t.starts_with("--LOG-FILE"),
+            _ => short("o") || t.starts_with("--output"),
+        }
+    })
+}
+
+/// `rustc --version`, `rustc -vV`, `rustc --print sysroot`: no input, no output file.
+fn rustc_only_prints(args: &[Arg]) -> bool {
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        match a.text.as_str() {
+            "--version" | "-V" | "-vV" | "-Vv" | "-v" | "--verbose" | "--help" | "-h" => {}
+            "--print" | "--target" => i += 1,
+            t if t.starts_with("--print=") || t.starts_with("--target=") => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    !args.is_empty()
 }
 
 /// `unzip -l`, `gzip -dc f.gz`, `xz -l`, `7z l`: listing, testing or writing to stdout.

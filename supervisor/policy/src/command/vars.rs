@@ -64,6 +64,18 @@ impl Vars {
         self.values.get(name).cloned().flatten()
     }
 
+    /// Whether `$name` can only come from the environment the line started with: a
+    /// plain name that nothing in the line has assigned, while we still follow every
+    /// assignment.
+    pub fn is_environments(&self, name: &str) -> bool {
+        self.learning
+            && !self.values.contains_key(name)
+            && !self.candidates.contains_key(name)
+            && !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    }
+
     /// Values `$name` may have when it has no one known value.
     pub fn candidates(&self, name: &str) -> &[String] {
         self.candidates.get(name).map_or(&[], Vec::as_slice)

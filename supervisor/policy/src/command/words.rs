@@ -87,6 +87,47 @@ pub fn analyse_fields(raw: &str, subs: &mut Vec<Substitution>, vars: &Vars) -> V
     }
 }
 
+/// The script a shell started with this word (`bash -c "git push origin $BRANCH"`)
+/// reads, when the line shows all of it but variables from the environment: the word's
+/// value with each such variable written back as `${NAME}`, for the script's own
+/// analysis to take as an unknown word. The outer shell splices a value into the
+/// script as text, so this holds only for names the line never assigns (their values
+/// are the run's environment, which the agent does not write); a name the line
+/// assigns in a way we cannot follow, a command's output (`$(…)`, spliced as code),
+/// or any fancier expansion gives None: the script stays opaque.
+pub fn script_text(raw: &str, vars: &Vars) -> Option<String> {
+    let pieces = word::parse(raw, &options()).ok()?;
+    let mut out = String::new();
+    script_pieces(raw, &pieces, vars, false, &mut out).then_some(out)
+}
+
+fn script_pieces(source: &str, pieces: &[WordPieceWithSource], vars: &Vars, quoted: bool, out: &mut String) -> bool {
+    for p in pieces {
+        match &p.piece {
+            WordPiece::Text(t) | WordPiece::SingleQuotedText(t) => out.push_str(t),
+            WordPiece::EscapeSequence(e) => out.push_str(e.strip_prefix('\\').unwrap_or(e)),
+            WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                if !script_pieces(source, inner, vars, true, out) {
+                    return false;
+                }
+            }
+            WordPiece::ParameterExpansion(_) => {
+                let slice = source.get(p.start_index..p.end_index).unwrap_or("");
+                let Some(name) = simple_expansion(slice) else { return false };
+                match vars.value(name) {
+                    // Unquoted, a value with blanks would split the word itself.
+                    Some(value) if quoted || !value.contains([' ', '\t', '\n']) => out.push_str(&value),
+                    Some(_) => return false,
+                    None if vars.is_environments(name) => out.push_str(&format!("${{{name}}}")),
+                    None => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// A word being put together: the current field, the fields already split off.
 struct Acc<'v> {
     arg: Arg,
@@ -436,5 +477,20 @@ mod tests {
         assert_eq!(arg("${X:-$(rm -rf /)}").1, vec!["rm -rf /"]);
         assert_eq!(arg("$(( $(id -u) + 1 ))").1, vec!["id -u"]);
         assert_eq!(arg("${A:-${B:-`reboot`}}").1, vec!["reboot"]);
+    }
+
+    #[test]
+    fn a_scripts_text_keeps_environment_names_and_splices_known_values() {
+        let mut vars = Vars::new_shell(None);
+        assert_eq!(script_text("\"git push origin $BRANCH\"", &vars).as_deref(), Some("git push origin ${BRANCH}"));
+        assert_eq!(script_text("\"grep -rn \\\"$P\\\" src\"", &vars).as_deref(), Some("grep -rn \"${P}\" src"));
+        vars.assign("X", Some("; sudo id"), true);
+        assert_eq!(script_text("\"ls $X\"", &vars).as_deref(), Some("ls ; sudo id"), "spliced as code");
+        vars.assign("Y", None, true);
+        assert_eq!(script_text("\"ls $Y\"", &vars), None, "assigned in a way we cannot follow");
+        assert_eq!(script_text("\"ls $(cat dirs)\"", &vars), None, "a command's output");
+        assert_eq!(script_text("\"ls ${D:-.}\"", &vars), None, "more than a name");
+        vars.forget_all();
+        assert_eq!(script_text("\"ls $Z\"", &vars), None, "after anything that may assign any name");
     }
 }

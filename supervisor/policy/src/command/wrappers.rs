@@ -1,6 +1,7 @@
 //! Wrappers with a grammar of their own: GNU parallel (a command template and its
-//! inputs, run through a shell), and the tools that run a command inside an
-//! environment they set up (`op run --`, `nix develop -c`, `mise exec --`).
+//! inputs, run through a shell), xargs when the line shows its input, the tools that
+//! run a command inside an environment they set up (`op run --`, `nix develop -c`,
+//! `mise exec --`), and a command name computed at run time, which may be any wrapper.
 
 use super::Part;
 use super::classify::{Unwrapped, skip_options};
@@ -272,6 +273,60 @@ pub fn runner<'a>(an: &mut Analyzer, name: &str, rest: &'a [Arg], part: &mut Par
         }
         _ => None,
     }
+}
+
+/// A command name computed at run time is never judged looser than what the line
+/// shows of it: `${SUDO:-sudo} apt-get install` as if the default ran, and `$RUN
+/// apt-get install` as an unknown wrapper of the command in its arguments.
+pub fn computed_command(an: &mut Analyzer, first: &Arg, rest: &[Arg], part: &mut Part) {
+    let default = first
+        .text
+        .strip_prefix("${")
+        .and_then(|t| t.strip_suffix('}'))
+        .and_then(|t| t.split_once(":-").or_else(|| t.split_once('-')))
+        .filter(|(name, _)| super::classify::is_assignment(&format!("{name}=")))
+        .map(|(_, word)| word)
+        .filter(|word| !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "._/+-".contains(c)));
+    let in_child = std::mem::replace(&mut an.in_child, true);
+    match default {
+        Some(word) => {
+            let mut command = vec![Arg::word(word)];
+            command.extend(rest.iter().cloned());
+            super::classify::argv(an, &command, None, part);
+        }
+        None => super::programs::search_arguments(an, rest, part),
+    }
+    an.in_child = in_child;
+}
+
+/// What xargs runs when the line shows its input: the command with the input's words
+/// added. None when an option makes the words other than blank-separated arguments
+/// (`-I`, `-d`, `-0`, `-a`, `-E`), or there is no command (xargs runs echo).
+pub fn xargs_with_input(rest: &[Arg], input: &str) -> Option<Vec<Arg>> {
+    const MAX_WORDS: usize = 64;
+    let reshapes = |t: &str| {
+        t.starts_with("--replace")
+            || t.starts_with("--delimiter")
+            || t.starts_with("--null")
+            || t.starts_with("--arg-file")
+            || t.starts_with("--eof")
+            || (t.starts_with('-') && !t.starts_with("--") && t.contains(['I', 'i', 'd', '0', 'a', 'E', 'e']))
+    };
+    let options: Vec<&Arg> = rest.iter().take_while(|a| a.text.starts_with('-')).collect();
+    if options.iter().any(|a| !a.literal || reshapes(&a.text)) {
+        return None;
+    }
+    let after = skip_options(
+        rest,
+        "ILnPdaEs",
+        &["max-lines", "max-args", "max-procs", "delimiter", "arg-file", "max-chars", "process-slot-var"],
+    );
+    if after.is_empty() {
+        return None;
+    }
+    let mut command = after.to_vec();
+    command.extend(input.split_whitespace().take(MAX_WORDS).map(Arg::word));
+    Some(command)
 }
 
 #[cfg(test)]

@@ -104,6 +104,10 @@ pub fn kubectl(args: &[Arg], part: &mut Part) {
             part.effects.insert(E::AccessNetwork);
         }
         "completion" | "plugin" => part.add(C::ReadOnly, ""),
+        // The client's own version, without asking the server for its.
+        "version" if args.iter().any(|a| a.text == "--client" || a.text == "--client=true") => {
+            part.add(C::ReadOnly, "")
+        }
         v if is_read_verb(v) || v == "events" => reads(part),
         v => remote(part, format!("kubectl {v} changes a cluster")),
     }
@@ -120,11 +124,31 @@ pub fn helm(args: &[Arg], part: &mut Part) {
             part.add(C::Mutation, "helm fetches chart dependencies");
             part.effects.insert(E::InstallPackage);
         }
+        ("template" | "lint", _) if args.iter().any(|a| a.text.starts_with("--dependency-update")) => {
+            part.add(C::Mutation, "helm fetches chart dependencies");
+            part.effects.insert(E::InstallPackage);
+        }
         ("pull" | "fetch" | "package" | "create", _) => part.add(C::Mutation, "helm writes files"),
+        // A chart in a directory renders and lints here; one named in a repository or a
+        // registry is fetched first.
+        ("template" | "lint", _) if local_chart(args, w.get(1..).unwrap_or(&[])) => part.add(C::ReadOnly, ""),
+        ("version" | "env" | "completion", _) => part.add(C::ReadOnly, ""),
         ("repo" | "dependency" | "dep", _) | ("get" | "show" | "inspect", _) => reads(part),
         (v, _) if is_read_verb(v) || v == "completion" => reads(part),
         (v, _) => remote(part, format!("helm {v} changes a cluster or a registry")),
     }
+}
+
+/// `helm template|lint` operands that are all directories (`./chart`, `chart`), with no
+/// repository, registry or dependency update asked for.
+fn local_chart(args: &[Arg], operands: &[&str]) -> bool {
+    let fetches = args
+        .iter()
+        .any(|a| a.text.starts_with("--repo") || a.text.starts_with("--dependency-update") || a.text == "--devel");
+    let local = |o: &&str| {
+        !o.contains("://") && (o.starts_with('.') || o.starts_with('/') || !o.contains('/')) && !o.ends_with(".tgz")
+    };
+    !fetches && operands.iter().all(local)
 }
 
 /// terraform, tofu, terragrunt.
@@ -135,15 +159,19 @@ pub fn terraform(name: &str, args: &[Arg], part: &mut Part) {
             part.add(C::Mutation, format!("{name} init downloads providers and modules"));
             part.effects.insert(E::InstallPackage);
         }
+        // Formatting and validating read only the configuration here.
         ("fmt", _) if !args.iter().any(|a| a.text == "-check") => {
             part.add(C::Mutation, format!("{name} fmt rewrites files"))
         }
+        ("fmt" | "validate", _) => part.add(C::ReadOnly, ""),
         ("plan", _) if args.iter().any(|a| a.text.starts_with("-out")) => {
-            part.add(C::Mutation, format!("{name} plan -out writes a plan file"))
+            part.add(C::Mutation, format!("{name} plan -out writes a plan file"));
+            part.effects.insert(E::WriteFile);
+            part.effects.insert(E::AccessNetwork);
         }
         ("workspace", "list" | "show")
         | ("state", "list" | "show" | "pull")
-        | ("fmt" | "console" | "version" | "metadata", _) => reads(part),
+        | ("console" | "version" | "metadata", _) => reads(part),
         ("workspace", v) => part.add(C::Mutation, format!("{name} workspace {v}")),
         (v, _) if is_read_verb(v) => reads(part),
         (v, _) => remote(part, format!("{name} {v} changes infrastructure")),

@@ -1,8 +1,8 @@
 //! Programs that change files: removal, permissions, raw writes, and the read-only
-//! tools whose flags write (find, sed, awk, tar).
+//! tools whose flags write (find, sed, tar).
 
 use super::super::Part;
-use super::super::classify::{argv, is_harmless_device, is_kernel_or_disk, normalize, skip_options};
+use super::super::classify::{argv, is_harmless_device, is_kernel_or_disk, normalize};
 use super::super::cwd::Cwd;
 use super::super::walk::Analyzer;
 use super::super::words::Arg;
@@ -473,28 +473,6 @@ fn skip_delimited(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, delim: c
         }
     }
     false
-}
-
-pub fn awk(args: &[Arg], part: &mut Part) {
-    if args.iter().any(|a| a.text == "-i" || a.text == "inplace" || a.text.starts_with("--include")) {
-        part.add(C::Mutation, "awk -i inplace edits files");
-    }
-    let program = skip_options(args, "fvFE", &[]).first();
-    if args.iter().any(|a| {
-        (a.text.starts_with('-') && !a.text.starts_with("--") && a.text.contains(['f', 'E']))
-            || a.text.starts_with("--source")
-            || a.text.starts_with("--file")
-            || a.text.starts_with("--exec")
-            || a.text.starts_with("--load")
-            || a.text == "-l"
-    }) {
-        part.add(C::Opaque, "awk runs a program file or source we cannot see");
-    } else if let Some(p) = program
-        && (!p.literal || p.text.contains("system") || p.text.contains('>') || p.text.contains('|'))
-    {
-        part.add(C::Opaque, "the awk program may run commands or write files");
-    }
-    part.add(C::ReadOnly, "");
 }
 
 /// `tar -x` writes into `-C DIR` or the current directory: into a system directory it

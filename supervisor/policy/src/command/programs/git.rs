@@ -140,10 +140,75 @@ pub fn git(an: &mut Analyzer, args: &[Arg], part: &mut Part) {
     subcommand(an, &sub.text, rest, part);
 }
 
+/// `git -c KEY=VALUE` with a key that only changes what git prints (its colours,
+/// quoting, prefixes, dates, the pager `cat`): no program, hook or remote is named by
+/// it. Anything else, a key we do not list included, may make git run something.
+fn only_changes_output(setting: &str) -> bool {
+    const KEYS: &[&str] = &[
+        "core.quotepath",
+        "core.abbrev",
+        "column.ui",
+        "diff.noprefix",
+        "diff.mnemonicprefix",
+        "diff.renames",
+        "diff.algorithm",
+        "diff.context",
+        "diff.interhunkcontext",
+        "diff.indentheuristic",
+        "diff.relative",
+        "diff.statgraphwidth",
+        "diff.colormoved",
+        "log.decorate",
+        "log.date",
+        "log.abbrevcommit",
+        "log.follow",
+        "log.showroot",
+        "log.mailmap",
+        "format.pretty",
+        "status.short",
+        "status.branch",
+        "status.relativepaths",
+        "status.showuntrackedfiles",
+        "status.showstash",
+        "status.aheadbehind",
+        "grep.linenumber",
+        "grep.patterntype",
+        "grep.extendedregexp",
+        "grep.fullname",
+        "grep.column",
+        "blame.date",
+        "blame.coloring",
+        "blame.showemail",
+        "blame.blankboundary",
+        "init.defaultbranch",
+        "user.name",
+        "user.email",
+    ];
+    let Some((key, value)) = setting.split_once('=') else { return false };
+    let key = key.to_ascii_lowercase();
+    let off = matches!(value.to_ascii_lowercase().as_str(), "false" | "no" | "off" | "0");
+    match key.as_str() {
+        // A pager that only copies; `pager.log=false` turns paging off.
+        "core.pager" => matches!(value, "cat" | ""),
+        _ if key.starts_with("pager.") => off || matches!(value, "cat" | "" | "true"),
+        // Showing signatures runs the signing program.
+        "log.showsignature" => off,
+        _ => {
+            KEYS.contains(&key.as_str())
+                || key.starts_with("color.")
+                || key.starts_with("advice.")
+                || key.starts_with("i18n.")
+        }
+    }
+}
+
 /// `git -c key=value`: a key git runs as a command is analysed as a script; any
 /// override may change what git does, so the part is never read-only.
 fn config_override(an: &mut Analyzer, value: Option<&Arg>, part: &mut Part) {
     let Some(v) = value else { return };
+    if v.literal && only_changes_output(&v.text) {
+        return;
+    }
     part.add(C::Opaque, "git -c can make git run another program");
     let Some((key, val)) = v.text.split_once('=') else { return };
     let key = key.to_ascii_lowercase();
@@ -233,7 +298,9 @@ fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
                         | "--points-at"
                 )
             });
-            if changes || (!positional.is_empty() && !lists) {
+            // Names xargs or `find -exec … +` add at run time are operands too.
+            let operands = !positional.is_empty() || an.args_appended;
+            if changes || (operands && !lists) {
                 part.add(C::Mutation, "git branch changes branches");
             } else {
                 part.add(C::ReadOnly, "");
@@ -243,13 +310,15 @@ fn subcommand(an: &mut Analyzer, sub: &str, rest: &[Arg], part: &mut Part) {
             let lists = rest.iter().any(|a| {
                 matches!(a.text.as_str(), "-l" | "--list" | "-v" | "--verify" | "--contains" | "--points-at" | "-n")
             });
-            if positional.is_empty() || lists {
+            let deletes = rest.iter().any(|a| a.text == "-d" || a.text == "--delete");
+            if !deletes && (lists || (positional.is_empty() && !an.args_appended)) {
                 part.add(C::ReadOnly, "")
             } else {
                 part.add(C::Mutation, "git tag creates or deletes a tag")
             }
         }
         "remote" => match positional.first() {
+            None if an.args_appended => part.add(C::Mutation, "git remote is given its verb at run time"),
             None | Some(&"show") | Some(&"get-url") => part.add(C::ReadOnly, ""),
             Some(verb) => part.add(C::Mutation, format!("git remote {verb}")),
         },

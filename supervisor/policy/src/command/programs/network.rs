@@ -322,7 +322,9 @@ pub fn gh(args: &[Arg], part: &mut Part) {
                 part.add(C::ReadOnly, "")
             }
         }
-        ("search" | "status" | "browse" | "version" | "help" | "--version" | "", _) => part.add(C::ReadOnly, ""),
+        ("search" | "status" | "browse" | "version" | "help" | "--version" | "", _) | ("auth", "status" | "token") => {
+            part.add(C::ReadOnly, "")
+        }
         ("repo", "clone") => part.add(C::Mutation, "gh repo clone writes files"),
         ("extension" | "ext", "install" | "upgrade") => {
             part.add(C::Mutation, format!("gh extension {verb} installs a program"));

@@ -50,7 +50,10 @@ const MANAGERS: &[&str] = &[
     "flatpak",
     "deno",
     "mvn",
+    "mvnw",
     "gradle",
+    "gradlew",
+    "apt-cache",
     "pdm",
     "hatch",
     "rye",
@@ -170,6 +173,11 @@ fn operands(args: &[Arg]) -> Vec<&str> {
 }
 
 /// The first operand: the verb.
+/// `-v`, `--version`, `-version` alone: a build tool saying which it is.
+fn version_probe(args: &[Arg]) -> bool {
+    matches!(args, [a] if matches!(a.text.as_str(), "-v" | "-V" | "--version" | "-version"))
+}
+
 fn verb(args: &[Arg]) -> &str {
     operands(args).first().copied().unwrap_or("")
 }
@@ -227,6 +235,8 @@ pub fn classify(an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
             "" | "ls" | "list" | "view" | "info" | "show" | "outdated" | "search" | "help" | "root" | "bin"
             | "prefix" | "explain" | "why" | "docs" | "repo" | "--version" | "-v" => read_only(part),
             "audit" if !args.iter().any(|a| a.text == "fix") => read_only(part),
+            "pkg" if second_verb(args) == "get" => read_only(part),
+            "config" | "c" if matches!(second_verb(args), "get" | "list" | "ls") => read_only(part),
             _ => part.add(C::Mutation, format!("{name} {v} runs project code or changes files")),
         },
         "npx" | "pnpx" | "bunx" | "uvx" => install(part, format!("{name} fetches and runs a package")),
@@ -296,6 +306,10 @@ pub fn classify(an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
             }
             _ => part.add(C::Mutation, format!("{name} {v} changes installed packages")),
         },
+        "apt-cache" => match v {
+            "gencaches" => part.add(C::Mutation, "apt-cache gencaches writes apt's caches"),
+            _ => read_only(part),
+        },
         "apk" => match v {
             "add" | "upgrade" | "update" | "fix" => install(part, format!("apk {v}")),
             "info" | "search" | "list" | "policy" | "" => read_only(part),
@@ -346,9 +360,16 @@ pub fn classify(an: &mut Analyzer, name: &str, args: &[Arg], part: &mut Part) {
             "publish" => publish(part, "deno publish".into()),
             _ => part.add(C::Opaque, format!("deno {v} runs code we cannot see into")),
         },
-        "mvn" | "gradle" => {
-            if args.iter().any(|a| matches!(a.text.as_str(), "deploy" | "publish" | "release:perform")) {
+        // The wrapper scripts (`./mvnw`, `./gradlew`) run the build tool they name.
+        "mvn" | "gradle" | "mvnw" | "gradlew" => {
+            let publishes = |t: &str| {
+                matches!(t, "deploy" | "publish" | "release:perform")
+                    || t.starts_with("publish") && (t.ends_with("Repository") || t.ends_with("Publication"))
+            };
+            if args.iter().any(|a| publishes(&a.text)) {
                 publish(part, format!("{name} publishes artifacts"));
+            } else if version_probe(args) {
+                read_only(part);
             } else {
                 part.add(C::Mutation, format!("{name} builds project code"));
             }
@@ -406,8 +427,11 @@ fn more(name: &str, v: &str, args: &[Arg], part: &mut Part) {
         (
             "luarocks" | "opam" | "cabal" | "nimble" | "elm" | "pecl" | "pear" | "spack" | "vcpkg" | "conan" | "choco"
             | "winget" | "scoop" | "volta" | "fnm" | "nvm" | "sdk" | "bower" | "pkg" | "pkgin",
-            "install" | "add" | "update" | "upgrade" | "i" | "get" | "fetch" | "use" | "pin" | "switch" | "restore",
+            "install" | "add" | "update" | "upgrade" | "i" | "get" | "fetch" | "pin" | "switch" | "restore",
         ) => install(part, format!("{name} {v}")),
+        // Switches among versions already installed, in this shell.
+        ("nvm" | "fnm" | "sdk", "use") => part.add(C::Mutation, format!("{name} use switches the active version")),
+        ("volta" | "scoop", "use") => install(part, format!("{name} {v}")),
         ("luarocks" | "opam" | "cabal" | "nimble" | "pkg", "upload" | "publish") => {
             publish(part, format!("{name} {v}"))
         }

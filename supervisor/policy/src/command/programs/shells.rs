@@ -4,7 +4,7 @@
 
 use super::super::Part;
 use super::super::walk::Analyzer;
-use super::super::words::Arg;
+use super::super::words::{Arg, script_text};
 use crate::effect::CommandClass as C;
 
 /// Shells whose options follow the POSIX `sh` pattern (`-c`, clusters, `-o NAME`).
@@ -204,7 +204,14 @@ pub fn shell(an: &mut Analyzer, name: &str, args: &[Arg], stdin_text: Option<&st
         match (word.literal, &word.output) {
             (_, Some(output)) => an.shell_script(output, via, positional),
             (true, _) => an.shell_script(text.unwrap_or(&word.text), via, positional),
-            (false, _) => part.add(C::Opaque, format!("{via} runs a script computed at run time ({})", word.text)),
+            (false, _) => match script_text(&word.text, &an.vars) {
+                Some(script) => {
+                    let body = script.strip_prefix("--command=").or_else(|| script.strip_prefix("--init-command="));
+                    let body = if text.is_some() { body.unwrap_or(&script) } else { &script };
+                    an.shell_script(body, via, positional)
+                }
+                None => part.add(C::Opaque, format!("{via} runs a script computed at run time ({})", word.text)),
+            },
         }
     };
     match invocation(name, args) {

@@ -249,7 +249,17 @@ impl Analyzer {
             part.add(CommandClass::SystemDestruction, "a function that calls itself (fork bomb shape)");
         }
         classify::redirections(self, &simple, &mut part);
-        classify::assignments(self, &simple.assignments, &mut part);
+        // `IFS=, read -r a b`: for read, IFS only says where to split the line it reads.
+        let splits_only = simple
+            .argv
+            .first()
+            .is_some_and(|a| a.literal && matches!(a.text.as_str(), "read" | "mapfile" | "readarray"));
+        if splits_only && simple.assignments.iter().any(|(name, _)| name == "IFS") {
+            let others: Vec<(String, Arg)> = simple.assignments.iter().filter(|(n, _)| n != "IFS").cloned().collect();
+            classify::assignments(self, &others, &mut part);
+        } else {
+            classify::assignments(self, &simple.assignments, &mut part);
+        }
         self.evaluated_words(&simple);
         self.candidate_commands(&simple, &mut part);
         classify::simple(self, &simple, &mut part);
