@@ -21,8 +21,8 @@ use serde_json::json;
 pub use approvals::{Approvals, Outcome};
 pub use grants::GrantError;
 
-use cc_store::events::EventLog;
 use cc_config::{ConfigError, GateConfig, read_trusted};
+use cc_store::events::EventLog;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
