@@ -145,7 +145,14 @@ fn an_acp_agents_file_requests_are_confined_and_judged_and_its_own_writes_bounde
     }
     assert_eq!(o[5], "ok ");
     assert_eq!(std::fs::read_to_string(copy.join("notes.txt")).unwrap(), "from the agent");
-    assert!(o[6].starts_with("refused Control Center policy: secret/ is off limits"), "{}", o[6]);
+    assert!(
+        o[6].starts_with(
+            "refused Control Center denied write secret/key: a rule of this workspace's policy denies write_file: \
+             secret/ is off limits. No approver can allow it"
+        ),
+        "{}",
+        o[6]
+    );
     assert!(o[7].starts_with("refused Control Center"), "{}", o[7]);
     assert!(o[8].starts_with("refused Control Center"), "{}", o[8]);
     // The agent's own write outside its roots meets the envelope; inside, it lands.
@@ -192,7 +199,7 @@ fn terminals_are_gated_capped_and_killable_and_permissions_go_to_the_gate() {
     assert!(o[1].starts_with("ok exit=Some(0) signal=None truncated=true bytes=10 "), "{}", o[1]);
     assert!(o[1].ends_with("output=\"\\n999\\n1000\\n\""), "{}", o[1]);
     // An install asks, and with no approver it is refused before anything runs.
-    assert!(o[2].starts_with("refused Control Center policy: "), "{}", o[2]);
+    assert!(o[2].starts_with("refused Control Center denied `exec bash -c 'npm install left-pad'`: "), "{}", o[2]);
     // A killed terminal's command is gone, and its exit says how.
     assert!(o[3].starts_with("ok exit=None signal=Some(\"SIGKILL\")"), "{}", o[3]);
     eventually(Duration::from_secs(10), "the killed terminal's command is gone", || {

@@ -187,7 +187,55 @@ fn a_push_a_rule_allows_goes_through_the_hook_without_asking() {
     assert_eq!(results.len(), 2, "{results:?}");
     // It ran (the push itself has nowhere to go here: the gate let it through).
     assert!(!results[0].0.contains("Control Center") && results[0].0.contains("after-push"), "{results:?}");
-    assert!(results[1].1 && results[1].0.contains("Control Center policy"), "{results:?}");
+    assert!(results[1].1 && results[1].0.contains("Control Center denied"), "{results:?}");
+}
+
+/// Issue 37, item 4: what the model reads when a call is refused, as the real CLI
+/// hands it over: the action and what decided it (a rule by its author's reason, the
+/// fixed list, an approver no one was), whether a person could approve it, and what to
+/// do instead. It names no rules file.
+#[test]
+fn a_refusal_tells_the_model_what_decided_whether_a_person_could_approve_and_what_to_do_instead() {
+    let w = world(
+        vec![
+            vec![bash("git push origin main")],
+            vec![bash("sudo apt-get install -y jq")],
+            vec![bash("npm install left-pad")],
+            vec![tool("Write", json!({ "file_path": "/etc/agent-notes.txt", "content": "hello" }))],
+            vec![text("done")],
+        ],
+        DENY_MAIN,
+    );
+    let out = w.prompt("try each of these");
+    assert!(out.status.success(), "{}", stdout(&out));
+    let results = w.results();
+    assert_eq!(results.len(), 4, "{results:?}");
+    let expect: [&[&str]; 4] = [
+        &[
+            "Control Center denied `git push origin main`: a rule of this workspace's policy denies push_remote: \
+             direct pushes to main are not allowed.",
+            "No approver can allow it",
+            "Instead: push a branch of your own and open a pull request.",
+        ],
+        &["`sudo apt-get install -y jq`", "fixed list", "Nothing allows it in this run.", "without sudo"],
+        &[
+            "`npm install left-pad`: it needs a person's approval and got none (no approver connected).",
+            "A person could approve it",
+        ],
+        &[
+            "Control Center denied write /etc/agent-notes.txt: /etc/agent-notes.txt is outside the run's roots: \
+             write under its working directory.",
+            "Nothing allows it in this run.",
+        ],
+    ];
+    let data = w.f.sup.data_dir.display().to_string();
+    for ((result, is_error), parts) in results.iter().zip(expect) {
+        assert!(*is_error, "{result}");
+        for part in parts {
+            assert!(result.contains(part), "{part:?} in {result}");
+        }
+        assert!(!result.contains("rules.toml") && !result.contains(&data), "no file of the policy: {result}");
+    }
 }
 
 #[test]
@@ -255,7 +303,7 @@ fn the_hook_fails_closed_when_the_gate_cannot_be_reached_and_recovers_after_a_ga
     let out = w.prompt("three");
     assert!(out.status.success(), "{}", stdout(&out));
     let (reason, is_error) = w.results().pop().unwrap();
-    assert!(is_error && reason.contains("Control Center policy"), "{reason}");
+    assert!(is_error && reason.contains("Control Center denied"), "{reason}");
     assert!(!copy.join("installed.txt").exists());
 }
 

@@ -158,6 +158,22 @@ pub struct Decided {
     pub evaluation: Evaluation,
 }
 
+impl Decided {
+    /// What the agent is told when this is a refusal of `action` (see
+    /// [`cc_policy::denial`]): never a rules file, always whether a person could allow it.
+    pub fn for_agent(&self, action: &Action) -> String {
+        use cc_policy::denial::{Outcome, for_agent};
+        let outcome = if self.unanswered {
+            Outcome::Unanswered { reason: self.reason.clone() }
+        } else if self.decided_by != "policy" {
+            Outcome::Refused { reason: self.reason.clone() }
+        } else {
+            Outcome::Policy
+        };
+        for_agent(action, &self.evaluation, &outcome)
+    }
+}
+
 impl Gate {
     /// Loads every rules file the configuration names; `base` is the directory that
     /// relative paths are taken from (the configuration file's).

@@ -52,6 +52,8 @@ pub struct EffectVerdict {
     /// `rules.toml:3` or `default`.
     pub source: String,
     pub reason: String,
+    /// The deciding rule's own reason, as its author wrote it (what an agent may be told).
+    pub written: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,10 +205,11 @@ pub fn judge_effect(effect: Effect, scope: &Scope, mode: Mode, rules: &[&Rule]) 
                 .reason
                 .clone()
                 .unwrap_or_else(|| format!("{effect}: {} by rule {}", rule.decision, rule.source)),
+            written: rule.reason.clone(),
         },
         None => {
             let (decision, reason) = default_for(effect, scope);
-            EffectVerdict { effect, decision, source: "default".into(), reason }
+            EffectVerdict { effect, decision, source: "default".into(), reason, written: None }
         }
     }
 }

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod command;
+pub mod denial;
 pub mod effect;
 pub mod egress;
 pub mod evaluate;

@@ -141,9 +141,7 @@ struct Shared {
 /// A refusal of the gate's or the supervisor's, as the agent hears it.
 pub(super) fn run_error(e: RunError) -> String {
     match e {
-        RunError::GateDenied { reason, .. } | RunError::NoApprover(reason) => {
-            format!("Control Center policy: {reason}")
-        }
+        RunError::GateDenied { for_agent, .. } | RunError::NoApprover { for_agent, .. } => for_agent,
         other => format!("Control Center: {}", Status::from(other).message()),
     }
 }

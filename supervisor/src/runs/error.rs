@@ -27,11 +27,12 @@ pub enum RunError {
     #[error("{0}")]
     AgentFailed(String),
     /// The gate denied the call, by a rule, a default, the command policy or the mode.
+    /// `for_agent` is what an agent is told ([`cc_policy::denial`]).
     #[error("denied: {reason}")]
-    GateDenied { reason: String, effect: String, origin: String, decided_by: String },
+    GateDenied { reason: String, effect: String, origin: String, decided_by: String, for_agent: String },
     /// The gate asked, and no approver answered.
-    #[error("denied: {0}")]
-    NoApprover(String),
+    #[error("denied: {reason}")]
+    NoApprover { reason: String, for_agent: String },
     #[error("{0}")]
     Conversation(#[from] ConversationError),
     /// A helper's (sandboxd's or the runner's) own refusal, passed on as it came: it
@@ -103,7 +104,7 @@ impl From<RunError> for Status {
                 reasons::GATE_DENIED,
                 &[("effect", effect), ("source", origin), ("decided_by", decided_by)],
             ),
-            RunError::NoApprover(_) => reasons::refusal(Code::PermissionDenied, message, reasons::NO_APPROVER, &[]),
+            RunError::NoApprover { .. } => reasons::refusal(Code::PermissionDenied, message, reasons::NO_APPROVER, &[]),
             RunError::Conversation(e) => Status::from(e),
             RunError::Helper(status) => status,
             RunError::RunnerUnavailable(_) => reasons::helper_unavailable(message, "runner"),

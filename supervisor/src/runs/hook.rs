@@ -88,8 +88,8 @@ impl ToolCalls {
         };
         match self.ask_gate(&run, &described, true).await {
             Ok(()) => Ok((Decision::Allow, "allowed by Control Center".into())),
-            Err(RunError::GateDenied { reason, .. } | RunError::NoApprover(reason)) => {
-                Ok((Decision::Deny, format!("Control Center policy: {reason}")))
+            Err(RunError::GateDenied { for_agent, .. } | RunError::NoApprover { for_agent, .. }) => {
+                Ok((Decision::Deny, for_agent))
             }
             Err(e @ (RunError::NotFound(_) | RunError::Ended { .. })) => Err(e),
             Err(e) => Ok((Decision::Deny, format!("Control Center could not decide ({e}); denied"))),

@@ -207,7 +207,7 @@ impl ToolCalls {
             pushes_through_gateway: false,
         };
         let asked = GateRequest {
-            action,
+            action: action.clone(),
             workspace: run.record.workspace.clone(),
             run_id: run.record.id.clone(),
             summary: request.summary.clone(),
@@ -215,7 +215,7 @@ impl ToolCalls {
         let decided = self.runs.gate().decide(asked).await;
         match decided.decision {
             Decision::Allow => Ok(()),
-            _ => Err(format!("Control Center policy: {}", decided.reason)),
+            _ => Err(decided.for_agent(&action)),
         }
     }
 

@@ -187,6 +187,13 @@ impl ToolCalls {
         // say, as the harness's would in the runner: judged first, whatever a rule says.
         if hooked && let Err(misplaced) = placed(run, described) {
             let reason = misplaced.reason();
+            let write = Action {
+                tool: Some(described.tool.to_owned()),
+                scope: Scope { paths: described.paths.clone(), ..Default::default() },
+                mode: run.record.mode,
+                ..Default::default()
+            };
+            let for_agent = cc_policy::denial::misplaced(&write, &reason);
             let payload = json!({
                 "tool": described.tool, "paths": described.paths, "reason": reason,
                 "blocked_by": "gate: where the write lands (the run's roots)",
@@ -197,6 +204,7 @@ impl ToolCalls {
                 effect: Effect::WriteFile.as_str().to_owned(),
                 origin: "roots".into(),
                 decided_by: "gate".into(),
+                for_agent,
             });
         }
         let effects = cc_policy::tools::TOOLS
@@ -233,18 +241,22 @@ impl ToolCalls {
             Some(line) => format!("bash: {}", line.chars().take(200).collect::<String>()),
             None => format!("{} {}", described.tool, [&described.paths[..], &described.domains[..]].concat().join(" ")),
         };
+        let asked = action.clone();
         let request =
             GateRequest { action, workspace: run.record.workspace.clone(), run_id: run.record.id.clone(), summary };
         let decided = self.runs.gate().decide(request).await;
         let evaluation = &decided.evaluation;
         match decided.decision {
             Decision::Allow => Ok(()),
-            _ if decided.unanswered => Err(RunError::NoApprover(decided.reason)),
+            _ if decided.unanswered => {
+                Err(RunError::NoApprover { for_agent: decided.for_agent(&asked), reason: decided.reason })
+            }
             _ => {
                 // The effect whose decision was the verdict's (the first, when several were).
                 let effect = evaluation.effects.iter().find(|v| v.decision == evaluation.decision).map(|v| v.effect);
                 let effect = effect.or(first_effect);
                 Err(RunError::GateDenied {
+                    for_agent: decided.for_agent(&asked),
                     reason: decided.reason,
                     effect: effect.map(|e| e.as_str().to_owned()).unwrap_or_default(),
                     origin: evaluation.source.clone(),
