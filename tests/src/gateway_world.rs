@@ -57,6 +57,13 @@ impl GatewayWorld {
 
     /// `credentials`: false gives the broker no provider (runs get no token).
     pub fn with_credentials(credentials: bool) -> GatewayWorld {
+        Self::with_config(credentials, "", "")
+    }
+
+    /// With `rules` after the push rules and `config` after the rest of config.toml.
+    pub fn with_config(credentials: bool, rules: &str, config: &str) -> GatewayWorld {
+        let extra_rules = rules;
+        let extra_config = config;
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
         let (private, public) = github_api::key_pair(tmp.path());
@@ -71,7 +78,7 @@ impl GatewayWorld {
         crate::fs::git(&checkout, &["remote", "set-url", "origin", "https://github.com/octo/project.git"]);
 
         let rules = tmp.path().join("rules.toml");
-        std::fs::write(&rules, RULES).unwrap();
+        std::fs::write(&rules, format!("{RULES}{extra_rules}")).unwrap();
         std::fs::set_permissions(&rules, std::fs::Permissions::from_mode(0o644)).unwrap();
         let provider = format!(
             "[credentials]\nprovider = \"github-app\"\n[credentials.github_app]\napp_id = \"{}\"\ninstallation_id = {}\n\
@@ -82,7 +89,7 @@ impl GatewayWorld {
             api.base(),
         );
         let config = format!(
-            "{}[gateway]\ngithub_url = \"{}\"\n\n[gate]\nrules = \"{}\"\n",
+            "{}[gateway]\ngithub_url = \"{}\"\n\n[gate]\nrules = \"{}\"\n\n{extra_config}",
             if credentials { provider.as_str() } else { "" },
             host.base(),
             rules.display()
