@@ -52,12 +52,17 @@ fn classification() {
 fn round_trip() -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("cc-bench-gate-").tempdir()?;
     let (_running, _) = start(tmp.path(), 0)?;
+    // The anchor for the audit trail's cost: the same supervisor without it.
+    std::fs::create_dir_all(tmp.path().join("d1"))?;
+    std::fs::write(tmp.path().join("d1/config.toml"), "[audit]\nenabled = false\n")?;
+    let (_unaudited, _) = start(tmp.path(), 1)?;
     let socket = tmp.path().join("d0/sock/api.sock");
+    let anchor = tmp.path().join("d1/sock/api.sock");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (checks, decides) = runtime.block_on(async {
+    let (checks, decides, unaudited) = runtime.block_on(async {
         let mut gate = cc_client::connect_gate(&socket).await?;
+        let mut plain = cc_client::connect_gate(&anchor).await?;
         let mut checks = Vec::new();
-        let mut decides = Vec::new();
         for i in 0..2_200 {
             let request = pb::CheckCommandRequest {
                 command_line: "cd src && git diff HEAD~1 | grep -n TODO".into(),
@@ -70,23 +75,40 @@ fn round_trip() -> anyhow::Result<()> {
                 checks.push(t.elapsed());
             }
         }
-        for i in 0..2_200 {
-            let action = pb::Action {
-                effects: vec![common::EffectClass::RunCommand as i32],
-                tool: "bash".into(),
-                command_line: "cargo test --workspace".into(),
-                run_id: "bench".into(),
-                ..Default::default()
-            };
-            let t = Instant::now();
-            gate.decide_action(pb::DecideActionRequest { action: Some(action) }).await?;
-            if i >= 200 {
-                decides.push(t.elapsed());
+        // Interleaved, so that both see the same machine.
+        let (mut decides, mut unaudited) = (Vec::new(), Vec::new());
+        for round in 0..11 {
+            for (client, times) in [(&mut gate, &mut decides), (&mut plain, &mut unaudited)] {
+                for _ in 0..200 {
+                    let t = Instant::now();
+                    client.decide_action(pb::DecideActionRequest { action: Some(allowed()) }).await?;
+                    if round > 0 {
+                        times.push(t.elapsed());
+                    }
+                }
             }
         }
-        anyhow::Ok((checks, decides))
+        anyhow::Ok((checks, decides, unaudited))
     })?;
     report("gate CheckCommand round trip", &stats(checks), Duration::from_millis(1));
-    report("gate DecideAction round trip (allow, event recorded)", &stats(decides), Duration::from_millis(1));
+    let (audited, anchor) = (stats(decides), stats(unaudited));
+    report("gate DecideAction round trip (allow, event and audit record)", &audited, Duration::from_millis(1));
+    report("gate DecideAction round trip, no audit trail (anchor)", &anchor, Duration::from_millis(1));
+    println!(
+        "audit trail's cost on DecideAction: median {:.3} ms against {:.3} ms, ratio {:.3} (target < 1.10)",
+        audited.median.as_secs_f64() * 1e3,
+        anchor.median.as_secs_f64() * 1e3,
+        audited.median.as_secs_f64() / anchor.median.as_secs_f64(),
+    );
     Ok(())
+}
+
+fn allowed() -> pb::Action {
+    pb::Action {
+        effects: vec![common::EffectClass::RunCommand as i32],
+        tool: "bash".into(),
+        command_line: "cargo test --workspace".into(),
+        run_id: "bench".into(),
+        ..Default::default()
+    }
 }

@@ -73,6 +73,11 @@ impl DataDir {
     pub fn root(&self) -> &Path {
         &self.root
     }
+    /// The audit trail's directory (`cc-audit`).
+    pub fn audit_dir(&self) -> PathBuf {
+        self.root.join("audit")
+    }
+
     pub fn state_db(&self) -> PathBuf {
         self.root.join("state.db")
     }

@@ -102,6 +102,8 @@ pub enum StartError {
     Api(String),
     #[error("cannot make the attachments directory: {0}")]
     Attachments(#[from] crate::conversations::ConversationError),
+    #[error("{0}; fix its directory or set [audit] enabled = false")]
+    Audit(#[from] cc_audit::AuditError),
 }
 
 /// Runs the supervisor until `shutdown` resolves, then stops everything it started.
@@ -122,7 +124,12 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
 
     // 4. State.
     let store = Arc::new(Store::open(&data.state_db())?);
-    let events = Arc::new(EventLog::new(store.clone()));
+    let mut events = EventLog::new(store.clone());
+    if config.audit.enabled {
+        let trail = cc_audit::AuditWriter::open(&data.audit_dir(), config.audit.max_file_bytes)?;
+        events = events.with_audit(trail);
+    }
+    let events = Arc::new(events);
     let conversations = Arc::new(Conversations::new(data.clone(), store.clone(), events.clone()));
     for id in conversations.sweep_unfinished() {
         tracing::warn!(conversation = id, "removed a conversation whose provisioning never finished");

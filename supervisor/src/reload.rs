@@ -192,7 +192,7 @@ fn compare(old: &Config, new: &Config, rules_differ: bool) -> Changes {
     let egress_now =
         |e: &cc_config::EgressConfig| (e.registries.clone(), e.allow.clone(), e.telemetry.clone(), e.resolve.clone());
     now(egress_now(&old.egress) != egress_now(&new.egress), "[egress]");
-    let later: [(bool, &'static str); 10] = [
+    let later: [(bool, &'static str); 11] = [
         (old.gate.approval_timeout_ms != new.gate.approval_timeout_ms, "[gate] approval_timeout_ms"),
         (old.egress.handshake_timeout_ms != new.egress.handshake_timeout_ms, "[egress] handshake_timeout_ms"),
         (old.restart != new.restart, "[restart]"),
@@ -201,6 +201,7 @@ fn compare(old: &Config, new: &Config, rules_differ: bool) -> Changes {
         (old.gateway != new.gateway, "[gateway]"),
         (old.deadlines != new.deadlines, "[deadlines]"),
         (old.terminals != new.terminals, "[terminals]"),
+        (old.audit != new.audit, "[audit]"),
         (old.runner != new.runner, "runner"),
         (old.credentials != new.credentials, "[credentials]"),
     ];

@@ -111,6 +111,8 @@ pub struct Config {
     pub deadlines: Deadlines,
     #[serde(default)]
     pub terminals: TerminalsConfig,
+    #[serde(default)]
+    pub audit: AuditConfig,
     /// The runner program [default: cc-runner next to cc-supervisor].
     #[serde(default)]
     pub runner: Option<PathBuf>,
@@ -297,6 +299,24 @@ impl Deadlines {
             return Err("[deadlines]: every value must be positive".into());
         }
         Ok(())
+    }
+}
+
+/// The audit trail (`cc-audit`): every decision, hash-chained, in `audit/` under the
+/// data directory.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Whether decisions are appended to the trail.
+    pub enabled: bool,
+    /// A new file of the trail is started past this size.
+    pub max_file_bytes: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self { enabled: true, max_file_bytes: 64 * 1024 * 1024 }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The event log: every event is a row in `state.db` first, then is broadcast to
 //! followers. Followers that fall behind re-read from the database, so none is lost.
-//! What one run may write is bounded ([`budget`]).
+//! What one run may write is bounded ([`budget`]). Every decision is also appended to
+//! the audit trail ([`cc_audit`]), whatever the budget: the trail is the whole record.
 
 pub mod budget;
 
@@ -37,12 +38,55 @@ pub struct EventLog {
     /// follower skips ids it has passed, and out-of-order sends would lose events.
     /// It holds the runs' record budgets, which are counted in the same order.
     order: std::sync::Mutex<budget::RecordBudgets>,
+    /// The audit trail, when it is kept; appended under `order`, in the log's order.
+    audit: Option<std::sync::Mutex<cc_audit::AuditWriter>>,
 }
+
+/// The events that are decisions, and so go to the audit trail: the gate's and its
+/// approvers', egress refusals, credentials, reloads, runs (issue 38). Agents' own
+/// steps and the helpers' comings and goings are not.
+pub const AUDITED: &[&str] = &[
+    "gate_decision",
+    "approval_asked",
+    "approval_granted",
+    "approval_revoked",
+    "egress_denied",
+    "egress_denied_suppressed",
+    "credentials_issued",
+    "credentials_revoked",
+    "credentials_revoke_pending",
+    "credentials_unavailable",
+    "config_reloaded",
+    "config_reload_refused",
+    "run_started",
+    "run_ended",
+    "tool_refused",
+    "sandbox_violation",
+    "limit_reached",
+    "product_tool",
+    "model_usage",
+    "model_budget_reached",
+    "supervisor_started",
+    "supervisor_stopped",
+];
 
 impl EventLog {
     pub fn new(store: Arc<Store>) -> Self {
         let (live, _) = broadcast::channel(1024);
-        Self { store, live, order: std::sync::Mutex::default() }
+        Self { store, live, order: std::sync::Mutex::default(), audit: None }
+    }
+
+    /// Keeps the audit trail with `writer` from now on.
+    pub fn with_audit(mut self, writer: cc_audit::AuditWriter) -> Self {
+        self.audit = Some(std::sync::Mutex::new(writer));
+        self
+    }
+
+    /// The trail's last record, (sequence number, hash), when it is kept.
+    pub fn audit_head(&self) -> Option<(u64, String)> {
+        let audit = self.audit.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let (seq, hash) = audit.head();
+        Some((seq, hash.to_owned()))
     }
 
     /// The database the log is kept in.
@@ -54,6 +98,14 @@ impl EventLog {
     /// is to keep the helpers running, and the log line carries the event.
     pub fn record(&self, kind: &str, subject: &str, payload: serde_json::Value) {
         let mut budgets = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(audit) = &self.audit
+            && AUDITED.contains(&kind)
+        {
+            let mut audit = audit.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = audit.append(kind, subject, payload.clone()) {
+                tracing::error!(kind, subject, error = %e, "cannot append to the audit trail");
+            }
+        }
         match budgets.admit(subject, kind) {
             budget::Admit::Record => self.write(kind, subject, payload),
             budget::Admit::RecordThenNote(note) => {

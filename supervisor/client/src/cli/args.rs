@@ -76,6 +76,11 @@ pub(super) enum Command {
         #[command(subcommand)]
         action: super::approvals::ApprovalsAction,
     },
+    /// The audit trail in the data directory: verify it, print its head, export it
+    Audit {
+        #[command(subcommand)]
+        action: super::audit::AuditAction,
+    },
     /// The tools a run has in a mode
     Tools(super::gate::ToolsArgs),
     /// Runs: an agent's execution in a conversation, with its runner and tools

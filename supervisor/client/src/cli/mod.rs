@@ -3,6 +3,7 @@
 
 mod approvals;
 mod args;
+mod audit;
 mod diagnose;
 mod errors;
 mod exec;
@@ -282,6 +283,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             render::reloaded(&reloaded, cli.json);
         }
         Command::Policy { action } => gate::policy(connect_gate(&socket, &data).await?, action, cli.json).await?,
+        Command::Audit { action } => audit::audit(&data.audit_dir(), action, cli.json)?,
         Command::Approvals { action } => {
             approvals::approvals(connect_gate(&socket, &data).await?, action, cli.json).await?
         }
