@@ -44,6 +44,19 @@ pub struct Action {
     pub pushes_through_gateway: bool,
 }
 
+impl Action {
+    /// The harness's bash call of `line` in `mode`, as `ccctl policy check` judges it.
+    pub fn bash(line: &str, mode: Mode) -> Action {
+        Action {
+            effects: [Effect::RunCommand].into(),
+            tool: Some("bash".into()),
+            command_line: Some(line.into()),
+            mode,
+            ..Action::default()
+        }
+    }
+}
+
 /// One effect class and what decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EffectVerdict {
@@ -319,15 +332,8 @@ mod tests {
         RuleSet::parse(text, "rules.toml").unwrap()
     }
 
-    /// The harness's bash call of `line` in `mode`.
     fn bash(line: &str, mode: Mode) -> Action {
-        Action {
-            effects: [Effect::RunCommand].into(),
-            tool: Some("bash".into()),
-            command_line: Some(line.into()),
-            mode,
-            ..Action::default()
-        }
+        Action::bash(line, mode)
     }
 
     #[test]

@@ -1,21 +1,14 @@
 //! The command-policy corpus (`corpus.txt`): every line in every mode, through the whole
 //! gate with the shipped default rules, against the decision written next to it.
 
-use cc_policy::{Action, Decision, Effect, Mode, evaluate};
+use cc_policy::{Action, Decision, Mode, evaluate};
 
 mod common;
 
 use common::{agents_corpus, corpus};
 
 fn decide(line: &str, mode: Mode) -> (Decision, String) {
-    let action = Action {
-        effects: [Effect::RunCommand].into(),
-        mode,
-        tool: Some("bash".into()),
-        command_line: Some(line.to_owned()),
-        ..Action::default()
-    };
-    let e = evaluate(&action, &[]);
+    let e = evaluate(&Action::bash(line, mode), &[]);
     (e.decision, e.reason)
 }
 

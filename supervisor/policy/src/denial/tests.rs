@@ -5,13 +5,7 @@ use crate::rules::RuleSet;
 const RULES: &str = "[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"deny\"\nreason = \"direct pushes to main are not allowed\"\n\n[[rule]]\neffect = \"access_network\"\ndomain = \"evil.example\"\ndecision = \"deny\"\n";
 
 fn bash(line: &str, mode: Mode) -> Action {
-    Action {
-        effects: [Effect::RunCommand].into(),
-        tool: Some("bash".into()),
-        command_line: Some(line.into()),
-        mode,
-        ..Action::default()
-    }
+    Action::bash(line, mode)
 }
 
 /// The line for `action` refused by the policy, with the rules above in force.

@@ -15,13 +15,7 @@ fn push(refs: &[&str], force: bool) -> Action {
 }
 
 fn bash(line: &str, mode: Mode) -> Action {
-    Action {
-        effects: [Effect::RunCommand].into(),
-        tool: Some("bash".into()),
-        command_line: Some(line.into()),
-        mode,
-        ..Action::default()
-    }
+    Action::bash(line, mode)
 }
 
 fn decide(action: &Action, sets: &[&RuleSet]) -> Decision {
