@@ -110,8 +110,13 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         // sockets of the run's own.
         let mut sockets = Vec::new();
         let mut bridges = Vec::new();
+        // sandboxd binds a bridge's directory, which must be one of the run's own inside
+        // the data directory (as the gateway's `gateway/runs/RUN/` is), not the data
+        // directory itself.
+        let bridge_dir = tmp.path().join("bridges");
+        std::fs::create_dir_all(&bridge_dir)?;
         for (port, name) in [(41001, "proxy.sock"), (41002, "gateway.sock")] {
-            let path = tmp.path().join(name);
+            let path = bridge_dir.join(name);
             sockets.push(std::os::unix::net::UnixListener::bind(&path)?);
             if let Some((uid, gid)) = as_user {
                 std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
