@@ -174,11 +174,14 @@ impl Gate {
     }
 
     /// Loads `text` as the approved rules (all or nothing), writes it, and puts it in
-    /// force with every other rules file as it was.
+    /// force beside the other rules files as they are then: computed from the rules in
+    /// force under the lock, so that a reload that landed meanwhile is kept, never undone.
     fn put_approved(&self, in_force: &Rules, path: &Path, text: &str) -> Result<(), GrantError> {
-        let rules = in_force.with_approved(text)?;
+        in_force.with_approved(text)?;
         write_atomically(path, text).map_err(|source| GrantError::Write { path: path.to_owned(), source })?;
-        self.replace_rules(rules);
+        let mut guard = self.rules.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let updated = guard.with_approved(text)?;
+        *guard = Arc::new(updated);
         Ok(())
     }
 }
