@@ -7,6 +7,7 @@
 
 pub mod egress;
 pub mod git;
+pub mod model;
 
 #[cfg(feature = "service")]
 pub mod door;
