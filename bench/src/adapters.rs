@@ -56,12 +56,10 @@ fn hook_once(hook: &Path, socket: &str) -> anyhow::Result<Duration> {
     Ok(elapsed)
 }
 
-/// Supervisor `n`'s configuration: the scripted model at `model_port` (by a name its
-/// proxy resolves for runs in an envelope, by its loopback address for the one whose
-/// runs go unwrapped), the stand-in GitHub for the product's tools, tracker writes
+/// Supervisor `n`'s configuration: the scripted model at `model_port`, reached by each
+/// run's model door, the stand-in GitHub for the product's tools, tracker writes
 /// allowed.
 fn configure(root: &Path, n: usize, model_port: u16, api: &GitHubApi, private: &Path) -> anyhow::Result<PathBuf> {
-    let model_host = if n == 0 { "model.bench.test" } else { "127.0.0.1" };
     let rules = root.join("rules.toml");
     std::fs::write(
         &rules,
@@ -77,16 +75,15 @@ fn configure(root: &Path, n: usize, model_port: u16, api: &GitHubApi, private: &
     std::fs::write(
         data.join("config.toml"),
         format!(
-            "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"model.bench.test:{model_port}\", \"127.0.0.1:{model_port}\"]\n\
-             [egress.resolve]\n\"model.bench.test\" = [\"127.0.0.1\"]\n\n\
-             [runs]\ngithub_api_url = \"{base}\"\n[runs.claude_code]\nbase_url = \"http://{model_host}:{model_port}\"\n\n\
+            "[gate]\nrules = \"{}\"\n\n[runs]\ngithub_api_url = \"{base}\"\n\n\
+             [models.anthropic]\napi = \"anthropic\"\nbase_url = \"http://127.0.0.1:{model_port}\"\nkey_file = \"{}\"\n\n\
              [credentials]\nprovider = \"github-app\"\n[credentials.github_app]\napp_id = \"{}\"\ninstallation_id = {}\n\
-             private_key = \"{}\"\napi_base = \"{base}\"\n[credentials.model]\napi_key_file = \"{}\"\n",
+             private_key = \"{}\"\napi_base = \"{base}\"\n",
             rules.display(),
+            key.display(),
             cc_tests::github_api::APP_ID,
             cc_tests::github_api::INSTALLATION,
             private.display(),
-            key.display(),
             base = api.base()
         ),
     )?;

@@ -13,8 +13,6 @@
 //! token = "…"
 //! repositories = ["owner/name"]
 //! permissions = { contents = "write", pull_requests = "write" }
-//! [credentials.model]              # the model provider's API key, for claude-code runs
-//! api_key_file = "model.key"       # relative to the data directory; 0600
 //! ```
 
 use std::path::Path;
@@ -31,7 +29,6 @@ pub struct CredentialsConfig {
     pub github_app: Option<GitHubAppConfig>,
     #[serde(rename = "static", default)]
     pub static_tokens: Vec<StaticToken>,
-    pub model: Option<crate::model_key::ModelKeyConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,13 +59,6 @@ pub fn provider(text: Option<&str>, data_dir: &Path) -> Result<Option<Provider>,
         }
         Some(other) => Err(ConfigError::UnknownProvider(other.to_owned())),
     }
-}
-
-/// Where the model provider's API key is, when the configuration says.
-pub fn model_key(text: Option<&str>) -> Result<Option<crate::model_key::ModelKeyConfig>, ConfigError> {
-    let Some(text) = text else { return Ok(None) };
-    let config: CredentialsConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(one_line(&e.to_string())))?;
-    Ok(config.model)
 }
 
 fn one_line(text: &str) -> String {

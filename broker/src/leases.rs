@@ -28,18 +28,26 @@ pub enum Kind {
     Read,
     /// A token for one push to one repository.
     Write,
+    /// The run's model placeholder: worth nothing but to its model door, revoked here
+    /// and nowhere else.
+    ModelPlaceholder,
 }
 
 impl Kind {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Kind::Read => "read",
             Kind::Write => "write",
+            Kind::ModelPlaceholder => "model_placeholder",
         }
     }
 
     fn parse(s: &str) -> Kind {
-        if s == "write" { Kind::Write } else { Kind::Read }
+        match s {
+            "write" => Kind::Write,
+            "model_placeholder" => Kind::ModelPlaceholder,
+            _ => Kind::Read,
+        }
     }
 }
 

@@ -18,7 +18,9 @@ use tonic::{Request, Response, Status};
 
 use crate::credentials::{Provider, Scope};
 use crate::leases::{Kind, Lease, LeaseStore, NewLease};
+use crate::model_key::{ModelKeyError, ModelKeys};
 use crate::revoke::{self, Outcome};
+use crate::secret::Secret;
 
 pub const SPEC: HelperSpec = HelperSpec { name: "broker", capabilities: CapabilityPolicy::DropAll };
 
@@ -28,8 +30,7 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 struct State {
     store: Mutex<LeaseStore>,
     provider: Option<Provider>,
-    model_key: Option<crate::model_key::ModelKeyConfig>,
-    data_dir: PathBuf,
+    model_keys: ModelKeys,
     retrier: OnceLock<()>,
 }
 
@@ -44,6 +45,8 @@ pub enum StartError {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Leases(#[from] crate::leases::LeaseError),
+    #[error(transparent)]
+    ModelKeys(#[from] crate::model_key::ModelKeyError),
     #[error("cannot make {path}: {source}")]
     Dir { path: String, source: std::io::Error },
 }
@@ -75,11 +78,26 @@ pub fn broker(context: &HelperContext) -> Result<BrokerService, StartError> {
         ),
         Some(p) => tracing::info!(provider = p.name(), "credential provider"),
     }
-    let model_key = crate::config::model_key(config)?;
+    let model_keys = context.bootstrap.options.get("model_keys").map(String::as_str);
+    let model_keys = ModelKeys::from_option(model_keys, &context.bootstrap.data_dir)?;
     let store = LeaseStore::open(&leases_path(context)?)?;
-    let data_dir = context.bootstrap.data_dir.clone();
-    let state = Arc::new(State { store: Mutex::new(store), provider, model_key, data_dir, retrier: OnceLock::new() });
+    let state = Arc::new(State { store: Mutex::new(store), provider, model_keys, retrier: OnceLock::new() });
     Ok(BrokerService { context: context.clone(), state })
+}
+
+/// A refusal the door and the prompt tell apart: the run's model key is missing.
+fn no_model_key(message: String, run: &str) -> Status {
+    cc_proto::reasons::refusal(
+        tonic::Code::FailedPrecondition,
+        message,
+        cc_proto::reasons::NO_CREDENTIAL,
+        &[("run_id", run.to_owned())],
+    )
+}
+
+/// Equal bytes, compared without stopping at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn only_the_supervisor<T>(request: &Request<T>) -> Result<(), Status> {
@@ -99,10 +117,7 @@ fn lease_message(l: Lease) -> CredentialLease {
         lease_id: l.id,
         run_id: l.run,
         provider: l.provider,
-        kind: match l.kind {
-            Kind::Read => "read".into(),
-            Kind::Write => "write".into(),
-        },
+        kind: l.kind.as_str().to_owned(),
         repositories: l.repositories,
         permissions: l.permissions.into_iter().map(|(k, v)| format!("{k}:{v}")).collect(),
         issue_time: Some(stamp(l.issued_at)),
@@ -158,11 +173,21 @@ impl State {
     }
 
     /// Revokes `leases`, recording each outcome; no database lock is held while the
-    /// provider is called.
+    /// provider is called. A model placeholder is revoked here, by the record alone.
     async fn revoke(&self, leases: Vec<Lease>) -> Result<Vec<pb::Revocation>, Status> {
         let run_of: BTreeMap<i64, String> = leases.iter().map(|l| (l.id, l.run.clone())).collect();
+        let (placeholders, leases): (Vec<Lease>, Vec<Lease>) =
+            leases.into_iter().partition(|l| l.kind == Kind::ModelPlaceholder);
+        let mut revoked = Vec::new();
+        if !placeholders.is_empty() {
+            let store = self.store()?;
+            for lease in placeholders.iter().filter(|l| l.revoked_at.is_none()) {
+                store.mark_revoked(lease.id, SystemTime::now(), None).map_err(internal)?;
+                revoked.push(revocation(&run_of, Outcome::Revoked { lease: lease.id }));
+            }
+        }
         let Some(provider) = &self.provider else {
-            return Ok(Vec::new());
+            return Ok(revoked);
         };
         let secrets = revoke::take(&*self.store()?, &leases).map_err(internal)?;
         let results = revoke::revoke_all(provider, secrets).await;
@@ -172,7 +197,55 @@ impl State {
                 tracing::warn!(lease, attempts, retry_in_ms = retry_in.as_millis() as u64, error = %error, "a revoke failed; retrying");
             }
         }
-        Ok(outcomes.into_iter().map(|o| revocation(&run_of, o)).collect())
+        revoked.extend(outcomes.into_iter().map(|o| revocation(&run_of, o)));
+        Ok(revoked)
+    }
+
+    /// The run's live placeholder, minted on the first ask. Looked up and minted
+    /// under one lock, so two asks at once get the same one.
+    fn placeholder(&self, run: &str) -> Result<Secret, Status> {
+        if self.model_keys.is_empty() {
+            return Err(no_model_key(ModelKeyError::NotConfigured.to_string(), run));
+        }
+        let store = self.store()?;
+        let live = store
+            .of_run(run)
+            .map_err(internal)?
+            .into_iter()
+            .find(|l| l.kind == Kind::ModelPlaceholder && l.revoked_at.is_none());
+        if let Some(lease) = live {
+            return store
+                .secret(lease.id)
+                .map_err(internal)?
+                .ok_or_else(|| internal("a placeholder without its value"));
+        }
+        let placeholder = crate::model_key::mint_placeholder().map_err(internal)?;
+        let lease = NewLease {
+            run: run.to_owned(),
+            provider: "models".into(),
+            kind: Kind::ModelPlaceholder,
+            repositories: vec![],
+            permissions: vec![],
+            issued_at: SystemTime::now(),
+            expires_at: None,
+        };
+        let id = store.insert(&lease, &placeholder).map_err(internal)?;
+        tracing::info!(run, lease = id, "minted the run's model placeholder");
+        Ok(placeholder)
+    }
+
+    /// Whether `presented` is the run's live placeholder (compared in constant time).
+    fn is_placeholder_of(&self, run: &str, presented: &str) -> Result<bool, Status> {
+        let store = self.store()?;
+        for lease in store.of_run(run).map_err(internal)? {
+            if lease.kind != Kind::ModelPlaceholder || lease.revoked_at.is_some() {
+                continue;
+            }
+            if let Some(secret) = store.secret(lease.id).map_err(internal)? {
+                return Ok(constant_time_eq(secret.expose().as_bytes(), presented.as_bytes()));
+            }
+        }
+        Ok(false)
     }
 
     /// Retries failed revokes for as long as the broker runs; started on first use,
@@ -296,29 +369,35 @@ impl Broker for BrokerService {
         }))
     }
 
-    async fn get_model_key(
+    async fn get_model_placeholder(
         &self,
-        request: Request<pb::GetModelKeyRequest>,
-    ) -> Result<Response<pb::GetModelKeyResponse>, Status> {
-        require_peer(&request, &["gateway"])?;
+        request: Request<pb::GetModelPlaceholderRequest>,
+    ) -> Result<Response<pb::GetModelPlaceholderResponse>, Status> {
+        require_peer(&request, &["gateway", "supervisor"])?;
         let run = request.into_inner().run_id;
-        let (config, data_dir) = (self.state.model_key.clone(), self.state.data_dir.clone());
-        let key = tokio::task::spawn_blocking(move || crate::model_key::read(config.as_ref(), &data_dir))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?;
-        match key {
-            Ok(key) => {
-                tracing::info!(run, "handed the model API key to the gateway for a run's agent");
-                Ok(Response::new(pb::GetModelKeyResponse { api_key: key.expose().to_owned() }))
-            }
-            Err(e @ crate::model_key::ModelKeyError::NotConfigured) => Err(cc_proto::reasons::refusal(
-                tonic::Code::FailedPrecondition,
-                e.to_string(),
-                cc_proto::reasons::NO_CREDENTIAL,
-                &[("run_id", run)],
-            )),
-            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        let placeholder = self.state.placeholder(&run)?;
+        Ok(Response::new(pb::GetModelPlaceholderResponse { placeholder: placeholder.expose().to_owned() }))
+    }
+
+    async fn exchange_model_placeholder(
+        &self,
+        request: Request<pb::ExchangeModelPlaceholderRequest>,
+    ) -> Result<Response<pb::ExchangeModelPlaceholderResponse>, Status> {
+        require_peer(&request, &["gateway"])?;
+        let r = request.into_inner();
+        if !self.state.is_placeholder_of(&r.run_id, &r.placeholder)? {
+            return Err(Status::permission_denied(format!(
+                "the key presented is not run {}'s live model placeholder",
+                r.run_id
+            )));
         }
+        let state = self.state.clone();
+        let provider = r.provider.clone();
+        let key = tokio::task::spawn_blocking(move || state.model_keys.read(&provider))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| no_model_key(e.to_string(), &r.run_id))?;
+        Ok(Response::new(pb::ExchangeModelPlaceholderResponse { api_key: key.expose().to_owned() }))
     }
 
     async fn issue_write_token(

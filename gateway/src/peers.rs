@@ -19,6 +19,9 @@ use tonic::transport::Channel;
 /// How long a token call may take (the provider's own calls are bounded at 30 s).
 const BROKER_DEADLINE: Duration = Duration::from_secs(40);
 
+/// How long the broker may take to swap a placeholder for a key (a file read).
+const MODEL_KEY_DEADLINE: Duration = Duration::from_secs(5);
+
 /// How long the supervisor may take to store a batch of egress records.
 const RECORD_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -145,11 +148,46 @@ impl Peers {
         Ok(Token { secret: r.token, lease_id: r.lease_id })
     }
 
-    /// The model provider's API key, for the run's agent.
-    pub async fn model_key(&self, run: &str) -> Result<String, PeerError> {
+    /// The run's model placeholder, for its agent.
+    pub async fn model_placeholder(&self, run: &str) -> Result<String, PeerError> {
         let mut broker = self.broker().await?;
-        let call = broker.get_model_key(bk::GetModelKeyRequest { run_id: run.to_owned() });
-        Ok(self.within(&self.broker, "broker", "GetModelKey", BROKER_DEADLINE, call).await?.into_inner().api_key)
+        let call = broker.get_model_placeholder(bk::GetModelPlaceholderRequest { run_id: run.to_owned() });
+        Ok(self
+            .within(&self.broker, "broker", "GetModelPlaceholder", BROKER_DEADLINE, call)
+            .await?
+            .into_inner()
+            .placeholder)
+    }
+
+    /// The provider's real key, for a request that presented `placeholder` on the run's
+    /// model door. Never logged, never in an answer to the run.
+    pub async fn exchange_model_placeholder(
+        &self,
+        run: &str,
+        provider: &str,
+        placeholder: &str,
+    ) -> Result<String, PeerError> {
+        let mut broker = self.broker().await?;
+        let call = broker.exchange_model_placeholder(bk::ExchangeModelPlaceholderRequest {
+            run_id: run.to_owned(),
+            provider: provider.to_owned(),
+            placeholder: placeholder.to_owned(),
+        });
+        let answer = self.within(&self.broker, "broker", "ExchangeModelPlaceholder", MODEL_KEY_DEADLINE, call).await?;
+        Ok(answer.into_inner().api_key)
+    }
+
+    /// One model request's record; the answer is the run's refusal, if it may make no
+    /// more.
+    pub async fn record_model_usage(&self, request: sv::RecordModelUsageRequest) -> Result<String, PeerError> {
+        let channel = Self::channel(&self.supervisor, &self.supervisor_socket, "supervisor").await?;
+        let mut runs = RunsClient::new(channel);
+        let call = runs.record_model_usage(request);
+        Ok(self
+            .within(&self.supervisor, "supervisor", "RecordModelUsage", RECORD_DEADLINE, call)
+            .await?
+            .into_inner()
+            .refusal)
     }
 
     /// Revokes a write token once its push is done. A failure is the broker's to retry

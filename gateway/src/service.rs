@@ -14,9 +14,11 @@ use cc_proto::helper::{HelperContext, HelperSpec, MAX_MESSAGE_BYTES};
 use cc_proto::paths::DataDir;
 use tonic::{Request, Response, Status};
 
+use crate::door::model::ModelRoute;
 use crate::door::report::Reporter;
 use crate::door::{DoorError, Doors, EgressConfig, Loopback, Repository, RunDoor, Shared, Upstream};
 use crate::git::route::is_github_repository;
+use crate::model::Api;
 use crate::peers::Peers;
 
 pub const SPEC: HelperSpec = HelperSpec { name: "gateway", capabilities: CapabilityPolicy::DropAll };
@@ -70,7 +72,13 @@ pub fn service(context: &HelperContext) -> Result<GatewayServer<GatewayService>,
         .get("handshake_timeout_ms")
         .and_then(|ms| ms.parse().ok())
         .map_or(DEFAULT_HANDSHAKE, Duration::from_millis);
-    let shared = Shared { reporter: Reporter::new(peers.clone()), peers, upstream: Upstream::new(github)?, handshake };
+    let shared = Shared {
+        reporter: Reporter::new(peers.clone()),
+        peers,
+        upstream: Upstream::new(github)?,
+        handshake,
+        models: Default::default(),
+    };
     let doors = Doors::new(runs_dir, shared);
     tracing::info!(github, "forwarding runs' git to");
     Ok(GatewayServer::new(GatewayService { context: context.clone(), doors: Arc::new(doors) })
@@ -132,6 +140,7 @@ fn run_door(r: pb::RegisterRunRequest) -> Result<RunDoor, Status> {
     }
     let git_dirs: Vec<PathBuf> =
         r.git_dirs.iter().map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d))).filter(|d| d.is_absolute()).collect();
+    let models = model_routes(r.models)?;
     let egress = r.egress.unwrap_or_default();
     let pairs = |list: Vec<pb::EgressEntry>| list.into_iter().map(|e| (e.entry, e.source)).collect();
     let egress = EgressConfig {
@@ -154,8 +163,37 @@ fn run_door(r: pb::RegisterRunRequest) -> Result<RunDoor, Status> {
         repositories,
         git_dirs,
         egress,
-        model_key: r.model_key,
+        models,
+        model_budget_tokens: r.model_budget_tokens,
+        model_loopback_port: match r.model_loopback_port {
+            0 => None,
+            port => Some(u16::try_from(port).map_err(|_| Status::invalid_argument(format!("{port} is not a port")))?),
+        },
     })
+}
+
+/// The run's model providers, checked: a name the door routes by, an http(s) base URL.
+fn model_routes(models: Vec<pb::ModelProvider>) -> Result<Vec<ModelRoute>, Status> {
+    let mut routes: Vec<ModelRoute> = Vec::with_capacity(models.len());
+    for m in models {
+        let name_ok = !m.name.is_empty()
+            && m.name.len() <= 64
+            && m.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !name_ok || routes.iter().any(|r| r.name == m.name) {
+            return Err(Status::invalid_argument(format!("{:?} is not a model provider's name, or is twice", m.name)));
+        }
+        let api = match pb::ModelApi::try_from(m.api) {
+            Ok(pb::ModelApi::Anthropic) => Api::Anthropic,
+            Ok(pb::ModelApi::Openai) => Api::Openai,
+            _ => return Err(Status::invalid_argument(format!("model provider {} names no API", m.name))),
+        };
+        let base_url = m.base_url.trim_end_matches('/').to_owned();
+        if !(base_url.starts_with("https://") || base_url.starts_with("http://")) || base_url.contains(['?', '#']) {
+            return Err(Status::invalid_argument(format!("model provider {}'s base URL is not http(s)", m.name)));
+        }
+        routes.push(ModelRoute { name: m.name, api, base_url, ca_pem: m.ca_pem });
+    }
+    Ok(routes)
 }
 
 #[tonic::async_trait]
@@ -172,8 +210,11 @@ impl Gateway for GatewayService {
         request: Request<pb::RegisterRunRequest>,
     ) -> Result<Response<pb::RegisterRunResponse>, Status> {
         only_the_supervisor(&request)?;
-        let door = run_door(request.into_inner())?;
-        let sockets = self.doors.open(door).map_err(|e| match e {
+        let request = request.into_inner();
+        let (used, refusal) = (request.model_tokens_used, request.model_refusal.clone());
+        let door = run_door(request)?;
+        let refusal = (!refusal.is_empty()).then_some(refusal);
+        let sockets = self.doors.open(door, used, refusal).map_err(|e| match e {
             DoorError::Egress(_) => Status::invalid_argument(e.to_string()),
             DoorError::PortTaken { port, .. } => cc_proto::reasons::refusal(
                 tonic::Code::FailedPrecondition,
@@ -189,6 +230,7 @@ impl Gateway for GatewayService {
             http_proxy_socket: bytes(&sockets.http_proxy),
             socks_socket: bytes(&sockets.socks),
             agent_socket: bytes(&sockets.agent),
+            model_socket: bytes(&sockets.model),
         }))
     }
 

@@ -14,6 +14,18 @@ pub enum SecretError {
     Malformed,
 }
 
+/// What every run's model placeholder starts with (the broker mints them: this and
+/// 64 hex digits). It says what it is to a person who finds one, and lets sandboxd
+/// pass one under a key-looking name: it is worth nothing outside its run's door.
+pub const MODEL_PLACEHOLDER_PREFIX: &str = "cc-placeholder-";
+
+/// Whether `value` is a model placeholder as the broker mints them, and nothing else.
+pub fn is_model_placeholder(value: &str) -> bool {
+    value.strip_prefix(MODEL_PLACEHOLDER_PREFIX).is_some_and(|hex| {
+        hex.len() == SECRET_BYTES * 2 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// A shared secret that authenticates one peer to one helper socket.
 ///
 /// `Debug` never prints it, so a secret cannot reach a log by accident.

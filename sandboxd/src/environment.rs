@@ -233,7 +233,9 @@ pub fn build<'a>(
 /// Adds the variables a launch's caller asks for to `env`, built by [`build`]: any
 /// name (the host's allowlist is for what the supervisor happens to have, not for what
 /// a person asks for), but never an injection vector or a secret-looking one, and none
-/// replacing PATH, HOME or a variable of the run's policy (`policy_names`).
+/// replacing PATH, HOME or a variable of the run's policy (`policy_names`). A run's
+/// model placeholder passes under a key's name (an ACP agent's `OPENAI_API_KEY`): it
+/// opens the run's own model door and nothing else.
 pub fn add_requested<'a>(
     env: &mut BTreeMap<String, String>,
     requested: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -243,7 +245,11 @@ pub fn add_requested<'a>(
         let reserved = ["PATH", "HOME"].iter().chain(policy_names).any(|r| r.eq_ignore_ascii_case(name));
         let well_formed = !name.is_empty() && !name.contains(['=', '\0']) && !value.contains('\0');
         // NotAllowed, for a well-formed name, says only that it is not on the host's list.
-        if !reserved && well_formed && matches!(judge(name, value, false), Ok(()) | Err(Dropped::NotAllowed)) {
+        let judged = match judge(name, value, false) {
+            Err(Dropped::Secret) if cc_proto::secret::is_model_placeholder(value) => Ok(()),
+            judged => judged,
+        };
+        if !reserved && well_formed && matches!(judged, Ok(()) | Err(Dropped::NotAllowed)) {
             env.insert(name.to_owned(), value.to_owned());
         }
     }
@@ -256,10 +262,13 @@ mod tests {
     #[test]
     fn a_callers_variables_are_judged_and_never_replace_the_policys() {
         let mut env = build([("TERM", "dumb")], [("HTTPS_PROXY", "http://127.0.0.1:1")], "/home/agent");
+        let placeholder = format!("{}{}", cc_proto::secret::MODEL_PLACEHOLDER_PREFIX, "ab".repeat(32));
         let requested = [
             ("TERM", "xterm-256color"),
             ("LD_PRELOAD", "/tmp/x.so"),
             ("GITHUB_TOKEN", "ghp_x"),
+            ("OPENAI_API_KEY", "sk-real-key"),
+            ("ANTHROPIC_API_KEY", placeholder.as_str()),
             ("PATH", "/tmp"),
             ("HOME", "/"),
             ("HTTPS_PROXY", "http://evil:1"),
@@ -275,6 +284,8 @@ mod tests {
         assert_eq!(env["HTTPS_PROXY"], "http://127.0.0.1:1");
         assert!(!env["PATH"].contains("/tmp"));
         assert!(!env.contains_key("LD_PRELOAD") && !env.contains_key("GITHUB_TOKEN"));
+        assert!(!env.contains_key("OPENAI_API_KEY"), "a real key never passes");
+        assert_eq!(env["ANTHROPIC_API_KEY"], placeholder, "a run's placeholder does");
         assert!(!env.contains_key("https_proxy") && !env.contains_key("Path") && !env.contains_key("PS1"));
     }
 

@@ -207,6 +207,12 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     if let Some(credentials) = &config.credentials {
         broker_options.insert("credentials".to_owned(), credentials.to_toml());
     }
+    // And the model providers' key files: the broker alone reads them.
+    if !config.models.is_empty() {
+        let key_files: std::collections::BTreeMap<&String, &std::path::PathBuf> =
+            config.models.iter().map(|(name, provider)| (name, &provider.key_file)).collect();
+        broker_options.insert("model_keys".to_owned(), serde_json::to_string(&key_files).unwrap_or_default());
+    }
     // The gateway calls the broker (tokens) and the supervisor's Gate (each pushed ref,
     // which may wait for an approver): one secret for the broker's socket, made once so
     // that either side may restart.
@@ -261,19 +267,14 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         gate: gate.clone(),
         channels: channels.clone(),
         runner_program: config.runner.clone().unwrap_or_else(|| helper_dir.join("cc-runner")),
-        config: std::sync::RwLock::new(Arc::new(cc_config::RunsConfig {
-            claude_code: cc_config::ClaudeCodeConfig {
-                model_key: config.credentials.as_ref().is_some_and(|c| c.0.contains_key("model")),
-                ..config.runs.claude_code.clone()
-            },
-            ..config.runs.clone()
-        })),
+        config: std::sync::RwLock::new(Arc::new(config.runs.clone())),
         enforcement: enforcement.clone(),
         deadlines: config.deadlines.clone(),
         restart: config.restart.clone(),
         log_format: options.log_format,
         enveloped: probe.backend == Backend::Native,
         egress: std::sync::RwLock::new(Arc::new(config.egress.clone())),
+        models: Arc::new(config.models.clone()),
     });
 
     let rigs = crate::rigs::RigManager::new(runs.clone(), events.clone(), microvm.clone());

@@ -192,7 +192,7 @@ fn compare(old: &Config, new: &Config, rules_differ: bool) -> Changes {
     let egress_now =
         |e: &cc_config::EgressConfig| (e.registries.clone(), e.allow.clone(), e.telemetry.clone(), e.resolve.clone());
     now(egress_now(&old.egress) != egress_now(&new.egress), "[egress]");
-    let later: [(bool, &'static str); 11] = [
+    let later: [(bool, &'static str); 12] = [
         (old.gate.approval_timeout_ms != new.gate.approval_timeout_ms, "[gate] approval_timeout_ms"),
         (old.egress.handshake_timeout_ms != new.egress.handshake_timeout_ms, "[egress] handshake_timeout_ms"),
         (old.restart != new.restart, "[restart]"),
@@ -204,6 +204,7 @@ fn compare(old: &Config, new: &Config, rules_differ: bool) -> Changes {
         (old.audit != new.audit, "[audit]"),
         (old.runner != new.runner, "runner"),
         (old.credentials != new.credentials, "[credentials]"),
+        (old.models != new.models, "[models]"),
     ];
     changes.restart_required = later.into_iter().filter_map(|(differs, name)| differs.then_some(name)).collect();
     changes

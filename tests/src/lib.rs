@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod approver;
+pub mod claude_world;
 pub mod fs;
 pub mod gateway_world;
 pub mod git_host;

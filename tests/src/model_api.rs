@@ -8,6 +8,10 @@
 //! request itself (the assistant messages it already holds), so the CLI's retries and
 //! side requests (a title, a quota check: requests without tools) never shift it.
 //! Every request is kept for the test to read what the CLI sent back (tool results).
+//!
+//! Like the real provider it checks the key: once [`ModelApi::require_key`] is set, a
+//! request whose `x-api-key` is anything else gets a 401 in Anthropic's error shape.
+//! What each request presented is kept too, so a test can show which key arrived.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -43,6 +47,14 @@ pub struct ModelApi {
     pub port: u16,
     requests: Arc<Mutex<Vec<Value>>>,
     turns: Arc<Mutex<Vec<Vec<Block>>>>,
+    keys: Arc<Keys>,
+}
+
+/// The key the provider accepts, and every key presented to it.
+#[derive(Default)]
+struct Keys {
+    required: Mutex<Option<String>>,
+    presented: Mutex<Vec<String>>,
 }
 
 impl ModelApi {
@@ -52,14 +64,25 @@ impl ModelApi {
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let turns = Arc::new(Mutex::new(turns));
-        let (kept, script) = (requests.clone(), turns.clone());
+        let keys = Arc::new(Keys::default());
+        let (kept, script, checked) = (requests.clone(), turns.clone(), keys.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let (kept, script) = (kept.clone(), script.clone());
-                std::thread::spawn(move || serve(conn, &kept, &script));
+                let (kept, script, checked) = (kept.clone(), script.clone(), checked.clone());
+                std::thread::spawn(move || serve(conn, &kept, &script, &checked));
             }
         });
-        ModelApi { port, requests, turns }
+        ModelApi { port, requests, turns, keys }
+    }
+
+    /// From now on, only `key` is accepted (in `x-api-key`).
+    pub fn require_key(&self, key: &str) {
+        *self.keys.required.lock().unwrap() = Some(key.to_owned());
+    }
+
+    /// Every key presented so far (`x-api-key`, or a bearer token), in order.
+    pub fn keys_presented(&self) -> Vec<String> {
+        self.keys.presented.lock().unwrap().clone()
     }
 
     /// Scripts the model anew (for turns that name paths known only later).
@@ -95,7 +118,7 @@ impl ModelApi {
     }
 }
 
-fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &Mutex<Vec<Vec<Block>>>) {
+fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &Mutex<Vec<Vec<Block>>>, keys: &Keys) {
     let mut reader = BufReader::new(&conn);
     loop {
         let mut request_line = String::new();
@@ -103,6 +126,7 @@ fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &Mutex<Vec<Vec<Block>
             return;
         }
         let mut length = 0usize;
+        let mut key = String::new();
         loop {
             let mut header = String::new();
             if reader.read_line(&mut header).unwrap_or(0) == 0 {
@@ -116,6 +140,14 @@ fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &Mutex<Vec<Vec<Block>
             {
                 length = value.trim().parse().unwrap_or(0);
             }
+            if let Some((name, value)) = header.split_once(':') {
+                let value = value.trim();
+                if name.eq_ignore_ascii_case("x-api-key") {
+                    key = value.to_owned();
+                } else if name.eq_ignore_ascii_case("authorization") && key.is_empty() {
+                    key = value.strip_prefix("Bearer ").unwrap_or(value).to_owned();
+                }
+            }
         }
         let mut body = vec![0u8; length];
         if reader.read_exact(&mut body).is_err() {
@@ -124,6 +156,18 @@ fn serve(conn: TcpStream, kept: &Mutex<Vec<Value>>, turns: &Mutex<Vec<Vec<Block>
         let path = request_line.split(' ').nth(1).unwrap_or("/").to_owned();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let mut out = &conn;
+        keys.presented.lock().unwrap().push(key.clone());
+        if keys.required.lock().unwrap().as_ref().is_some_and(|required| *required != key) {
+            let answer =
+                json!({ "type": "error", "error": { "type": "authentication_error", "message": "invalid x-api-key" } })
+                    .to_string();
+            let _ = write!(
+                out,
+                "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                answer.len()
+            );
+            continue;
+        }
         if !path.starts_with("/v1/messages") || path.starts_with("/v1/messages/count_tokens") {
             let answer = json!({ "input_tokens": 10 }).to_string();
             let _ = write!(

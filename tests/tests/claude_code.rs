@@ -1,110 +1,20 @@
 //! Issue 22: the claude-code adapter, with the real `claude` CLI in the run's overlay
 //! envelope, driven by a scripted model (tests/src/model_api.rs) that it reaches
-//! through the run's egress proxy. Each test scripts the tool calls the model makes
-//! and checks what the real CLI then did, and what it told the model.
+//! through the run's model door (tests/src/claude_world.rs). Each test scripts the
+//! tool calls the model makes and checks what the real CLI then did, and what it told
+//! the model.
 
 use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use cc_tests::claude_world::{DENY_MAIN, DENY_SECRET, bash, stdout, world, world_of, world_with};
 use cc_tests::github_api::GitHubApi;
-use cc_tests::model_api::{Block, ModelApi, text, tool};
-use cc_tests::runs::{Fixture, fixture_with};
-use cc_tests::{Options, bin, eventually};
+use cc_tests::model_api::{text, tool};
+use cc_tests::{bin, eventually};
 use nix::sys::signal::Signal;
 use serde_json::json;
-
-/// The rule every world has: the agent may reach the network (its model).
-const NETWORK: &str = "[[rule]]\neffect = \"access_network\"\ndecision = \"allow\"\n";
-const DENY_MAIN: &str = "[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"deny\"\nreason = \"direct pushes to main are not allowed\"\n";
-const DENY_SECRET: &str = "[[rule]]\neffect = \"write_file\"\npath = \"secret/**\"\ndecision = \"deny\"\nreason = \"secret/ is off limits\"\n";
-
-struct World {
-    f: Fixture,
-    model: ModelApi,
-    run: String,
-    _keys: tempfile::TempDir,
-}
-
-/// A supervisor whose claude-code runs reach `turns` as their model, with `rules`, and
-/// one such run, its network on (to its model only).
-fn world(turns: Vec<Vec<Block>>, rules: &str) -> World {
-    world_with(turns, rules, "", None)
-}
-
-/// [`world`] with more configuration, and a repository linked to the workspace
-/// before the run starts.
-fn world_with(turns: Vec<Vec<Block>>, rules: &str, config: &str, link: Option<&str>) -> World {
-    world_of("claude-code", turns, rules, config, link, &[])
-}
-
-/// A world whose run has `adapter`. A claude-code run reaches its model through its
-/// proxy by a name the proxy resolves; a claude-code-nosandbox run, on the host, at
-/// the model's loopback address.
-fn world_of(
-    adapter: &str,
-    turns: Vec<Vec<Block>>,
-    rules: &str,
-    config: &str,
-    link: Option<&str>,
-    args: &[&str],
-) -> World {
-    assert!(
-        Command::new("claude").arg("--version").output().is_ok_and(|o| o.status.success()),
-        "the claude CLI is not installed (.ci/run installs it from the npm registry)"
-    );
-    let model = ModelApi::start(turns);
-    let keys = tempfile::tempdir().unwrap();
-    let rules_path = keys.path().join("rules.toml");
-    std::fs::write(&rules_path, format!("{NETWORK}{rules}")).unwrap();
-    std::fs::set_permissions(&rules_path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let key = keys.path().join("model.key");
-    std::fs::write(&key, "sk-scripted-key\n").unwrap();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let port = model.port;
-    let host = if adapter == "claude-code" { "model.test" } else { "127.0.0.1" };
-    let config = format!(
-        "[gate]\nrules = \"{}\"\n\n[egress]\nallow = [\"model.test:{port}\", \"127.0.0.1:{port}\"]\n\
-         [egress.resolve]\n\"model.test\" = [\"127.0.0.1\"]\n\n[runs.claude_code]\nbase_url = \"http://{host}:{port}\"\n\n\
-         {config}\n[credentials.model]\napi_key_file = \"{}\"\n",
-        rules_path.display(),
-        key.display()
-    );
-    let args = args.iter().map(|a| (*a).to_owned()).collect();
-    let f = fixture_with(Options { config: Some(config), args, ..Default::default() });
-    if let Some(repository) = link {
-        assert!(f.sup.ccctl(&["workspace", "link-repo", "default", repository]).status.success());
-    }
-    let out =
-        f.sup.ccctl(&["run", "start", "--conversation", &f.conversation, "--adapter", adapter, "--network", "on"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let run = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    World { f, model, run, _keys: keys }
-}
-
-impl World {
-    fn prompt(&self, prompt: &str) -> Output {
-        self.f.sup.ccctl(&["run", "prompt", &self.run, prompt, "--timeout", "120"])
-    }
-
-    /// The tool results the CLI sent the model: (content, is_error).
-    fn results(&self) -> Vec<(String, bool)> {
-        self.model.tool_results()
-    }
-
-    fn events(&self) -> String {
-        String::from_utf8_lossy(&self.f.sup.ccctl(&["--json", "events"]).stdout).into_owned()
-    }
-}
-
-fn stdout(out: &Output) -> String {
-    format!("{}\n--- stderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-fn bash(command: &str) -> Block {
-    tool("Bash", json!({ "command": command, "description": "scripted" }))
-}
 
 #[test]
 fn bash_calls_are_decided_by_the_gate_before_they_run_and_the_agent_cannot_switch_the_hook_off() {
@@ -502,52 +412,6 @@ fn on_a_host_without_a_backend_claude_code_still_asks_its_hook_and_reaches_its_m
     assert_eq!(std::fs::read_to_string(w.f.copy().join("u.txt")).unwrap(), "unwrapped\n");
 }
 
-#[test]
-fn only_a_claude_code_run_is_handed_the_model_key_whatever_speaks_to_its_agent_socket() {
-    let w = world(vec![], "");
-    // A harness run of the same conversation, its network on like the agent's: its
-    // processes can reach its own agent socket as well as Claude Code's hook can.
-    let out = w.f.sup.ccctl(&["run", "start", "--conversation", &w.f.conversation, "--network", "on"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let harness = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    // As the run's own processes ask: as its user (the service user, as root), with
-    // the same cc-hook Claude Code's apiKeyHelper runs.
-    std::fs::set_permissions(w.f.tmp.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let ask = |run: &str| {
-        let socket = w.f.sup.data_dir.join("gateway/runs").join(run).join("agent.sock");
-        // The door opens as the run starts, beside its runner.
-        eventually(Duration::from_secs(10), "the run's agent socket", || socket.exists());
-        let mut command = Command::new(bin("cc-hook"));
-        command.arg("--agent").arg(format!("unix:{}", socket.display())).arg("--api-key");
-        if nix::unistd::geteuid().is_root() {
-            use std::os::unix::process::CommandExt;
-            command.uid(65534).gid(65534);
-        }
-        command.output().unwrap()
-    };
-    let claude = ask(&w.run);
-    assert!(claude.status.success(), "{}", String::from_utf8_lossy(&claude.stderr));
-    assert_eq!(String::from_utf8_lossy(&claude.stdout).trim(), "sk-scripted-key");
-    let other = ask(&harness);
-    let stderr = String::from_utf8_lossy(&other.stderr);
-    assert!(!other.status.success(), "a harness run was handed the model key: {}", stdout(&other));
-    assert!(stderr.contains("not Claude Code"), "{stderr}");
-    assert!(other.stdout.is_empty(), "{}", stdout(&other));
-
-    // kill -9 of the gateway: the new one is told each run again, who may have the key
-    // with it, and answers both the same way.
-    let gateway = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
-    eventually(Duration::from_secs(10), "a new gateway has been told the live runs", || {
-        w.f.sup.helper_pids().into_iter().any(|(n, pid)| n == "gateway" && pid != gateway)
-            && w.events().contains("git_gateway_synced")
-    });
-    let claude = ask(&w.run);
-    assert_eq!(String::from_utf8_lossy(&claude.stdout).trim(), "sk-scripted-key", "{}", stdout(&claude));
-    let other = ask(&harness);
-    assert!(!other.status.success() && other.stdout.is_empty(), "after a restart: {}", stdout(&other));
-}
-
 /// With no model key configured, a prompt fails at once, naming what is missing,
 /// instead of the CLI printing its key helper's error and waiting out the prompt's
 /// timeout (1,800 s by default).
@@ -564,7 +428,7 @@ fn a_prompt_without_a_model_key_fails_at_once_naming_it() {
     std::io::Read::read_to_string(&mut prompt.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!status.success(), "{err}");
     assert!(
-        err.starts_with("ccctl: ") && err.contains("no model API key") && err.contains("[credentials.model]"),
+        err.starts_with("ccctl: ") && err.contains("no model API key") && err.contains("[models.anthropic]"),
         "{err}"
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");

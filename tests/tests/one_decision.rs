@@ -50,11 +50,11 @@ fn one_push_is_decided_the_same_way_by_the_same_rule_on_all_four_paths() {
     let key = keys.path().join("model.key");
     std::fs::write(&key, "sk-scripted-key\n").unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let port = model.port;
-    let rules = "\n[[rule]]\neffect = \"access_network\"\ndomain = \"model.test\"\ndecision = \"allow\"\n";
+    // The model is one table: the run's model door reaches it, holding the key.
+    let rules = "";
     let config = format!(
-        "[egress]\nallow = [\"model.test:{port}\", \"127.0.0.1:{port}\"]\n[egress.resolve]\n\"model.test\" = [\"127.0.0.1\"]\n\n\
-         [runs.claude_code]\nbase_url = \"http://model.test:{port}\"\n\n[credentials.model]\napi_key_file = \"{}\"\n",
+        "[models.anthropic]\napi = \"anthropic\"\nbase_url = \"http://127.0.0.1:{}\"\nkey_file = \"{}\"\n",
+        model.port,
         key.display()
     );
     let w = GatewayWorld::with_config(true, rules, &config);

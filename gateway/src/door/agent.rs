@@ -93,24 +93,23 @@ impl AgentGate for AgentService {
         Ok(Response::new(answer))
     }
 
-    async fn get_model_key(
+    async fn get_model_placeholder(
         &self,
-        _: Request<pb::GetModelKeyRequest>,
-    ) -> Result<Response<pb::GetModelKeyResponse>, Status> {
-        // The key is Claude Code's (its apiKeyHelper): a harness or ACP run, whose
-        // processes could speak to this socket all the same, never gets it.
-        if !self.door.model_key {
-            tracing::warn!(run = %self.door.run_id, "refused the model API key to a run whose agent is not Claude Code");
+        _: Request<pb::GetModelPlaceholderRequest>,
+    ) -> Result<Response<pb::GetModelPlaceholderResponse>, Status> {
+        // Only a placeholder: what holds it can reach the provider through this run's
+        // model door and nowhere else, so any process of the run may have it.
+        if self.door.models.is_empty() {
             return Err(cc_proto::reasons::refusal(
                 tonic::Code::FailedPrecondition,
-                "this run's agent is not Claude Code: only claude-code runs are handed the model API key".to_owned(),
+                "this run has no model provider ([models.NAME] in config.toml)".to_owned(),
                 cc_proto::reasons::NO_CREDENTIAL,
                 &[("run_id", self.door.run_id.clone())],
             ));
         }
-        match self.shared.peers.model_key(&self.door.run_id).await {
-            Ok(api_key) => Ok(Response::new(pb::GetModelKeyResponse { api_key })),
-            Err(e) => Err(Status::failed_precondition(format!("no model API key for this run: {e}"))),
+        match self.shared.peers.model_placeholder(&self.door.run_id).await {
+            Ok(placeholder) => Ok(Response::new(pb::GetModelPlaceholderResponse { placeholder })),
+            Err(e) => Err(Status::failed_precondition(format!("no model placeholder for this run: {e}"))),
         }
     }
 

@@ -1,7 +1,7 @@
-//! Each run's doors: four Unix sockets in `gateway/runs/<run>/` under the data
+//! Each run's doors: five Unix sockets in `gateway/runs/<run>/` under the data
 //! directory. `git.sock` serves git's smart HTTP for the run's GitHub remotes;
 //! `http.sock` and `socks.sock` are its egress proxies; `agent.sock` answers the
-//! agent's hook (`cc.agent.v1.AgentGate`). sandboxd binds the directory
+//! agent's hook (`cc.agent.v1.AgentGate`); `model.sock` is its model door. sandboxd binds the directory
 //! into the run's envelopes and our init bridges each socket to a `127.0.0.1` port.
 //!
 //! The gateway holds no state of its own about runs: the supervisor registers each
@@ -11,6 +11,7 @@
 mod agent;
 mod front;
 mod loopback;
+pub mod model;
 mod proxy;
 mod push;
 pub mod report;
@@ -41,6 +42,8 @@ pub const HTTP_PROXY_SOCKET: &str = "http.sock";
 pub const SOCKS_SOCKET: &str = "socks.sock";
 /// The agent socket's.
 pub const AGENT_SOCKET: &str = "agent.sock";
+/// The model door's.
+pub const MODEL_SOCKET: &str = "model.sock";
 
 /// Connections one run may hold open to its git door at once: git uses one or two;
 /// a run that opens thousands must not take the gateway's descriptors from the others.
@@ -49,6 +52,8 @@ pub const MAX_GIT_CONNECTIONS: usize = 32;
 pub const MAX_TUNNELS: usize = 256;
 /// Connections one run may hold to its agent socket: a hook opens one per tool call.
 pub const MAX_AGENT_CONNECTIONS: usize = 16;
+/// Connections one run may hold to its model door: an agent and its subagents.
+pub const MAX_MODEL_CONNECTIONS: usize = 64;
 
 /// A GitHub repository a run may fetch from and push to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,8 +76,12 @@ pub struct RunDoor {
     pub repositories: Vec<Repository>,
     pub git_dirs: Vec<PathBuf>,
     pub egress: EgressConfig,
-    /// Whether its agent may be handed the model API key (Claude Code's adapters).
-    pub model_key: bool,
+    /// The providers its model door serves.
+    pub models: Vec<model::ModelRoute>,
+    /// Its model token budget; 0: none.
+    pub model_budget_tokens: u64,
+    /// For an agent on the host: the model door's port on 127.0.0.1 too.
+    pub model_loopback_port: Option<u16>,
 }
 
 impl RunDoor {
@@ -88,6 +97,8 @@ pub struct Shared {
     pub reporter: report::Reporter,
     /// How long a proxy's client may take to send its whole request.
     pub handshake: std::time::Duration,
+    /// The model door's HTTPS clients.
+    pub models: model::Clients,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,17 +122,19 @@ pub struct Sockets {
     pub http_proxy: PathBuf,
     pub socks: PathBuf,
     pub agent: PathBuf,
+    pub model: PathBuf,
 }
 
 impl Sockets {
-    fn all(&self) -> [&PathBuf; 4] {
-        [&self.git, &self.http_proxy, &self.socks, &self.agent]
+    fn all(&self) -> [&PathBuf; 5] {
+        [&self.git, &self.http_proxy, &self.socks, &self.agent, &self.model]
     }
 }
 
 struct Open {
     door: Arc<RunDoor>,
     sockets: Sockets,
+    ledger: Arc<model::Ledger>,
     /// Dropped to close the doors and every connection through them.
     _stop: watch::Sender<()>,
 }
@@ -143,15 +156,19 @@ impl Doors {
     }
 
     /// Serves the run's sockets, or keeps serving them when nothing changed. A run told
-    /// again with another policy gets it from its next connection on.
-    pub fn open(&self, door: RunDoor) -> Result<Sockets, DoorError> {
+    /// again with another policy gets it from its next connection on. `used` and
+    /// `refusal`: the run's model tokens so far and whether it may make more, as the
+    /// supervisor counts them; told again, they update the door in place.
+    pub fn open(&self, door: RunDoor, used: u64, refusal: Option<String>) -> Result<Sockets, DoorError> {
         let mut open = self.lock();
         if let Some(existing) = open.get(&door.run_id)
             && *existing.door == door
             && existing.sockets.all().iter().all(|s| s.exists())
         {
+            existing.ledger.update(used, refusal);
             return Ok(existing.sockets.clone());
         }
+        let ledger = Arc::new(model::Ledger::new(used, refusal));
         let egress = Arc::new(EgressRun::new(&door).map_err(DoorError::Egress)?);
         open.remove(&door.run_id);
         let dir = self.runs_dir.join(&door.run_id);
@@ -160,22 +177,23 @@ impl Doors {
             http_proxy: dir.join(HTTP_PROXY_SOCKET),
             socks: dir.join(SOCKS_SOCKET),
             agent: dir.join(AGENT_SOCKET),
+            model: dir.join(MODEL_SOCKET),
         };
-        let (git, http, socks, agent) = (
+        let (git, http, socks, agent, model_door) = (
             bind(&dir, &sockets.git, door.uid)?,
             bind(&dir, &sockets.http_proxy, door.uid)?,
             bind(&dir, &sockets.socks, door.uid)?,
             bind(&dir, &sockets.agent, door.uid)?,
+            bind(&dir, &sockets.model, door.uid)?,
         );
         // A run without an envelope: its proxies on loopback ports too, bound before
         // anything is served so that a port taken by someone else fails the call.
+        let bind = |port| loopback::listen(port).map_err(|source| DoorError::PortTaken { port, source });
         let loopback = match &door.egress.loopback {
-            Some(l) => {
-                let bind = |port| loopback::listen(port).map_err(|source| DoorError::PortTaken { port, source });
-                Some((l.clone(), bind(l.http_port)?, bind(l.socks_port)?))
-            }
+            Some(l) => Some((l.clone(), bind(l.http_port)?, bind(l.socks_port)?)),
             None => None,
         };
+        let model_listener = door.model_loopback_port.map(bind).transpose()?;
         let (stop, stopped) = watch::channel(());
         let door = Arc::new(door);
         let ours = std::fs::metadata(&dir).map(|m| m.uid()).ok();
@@ -196,6 +214,23 @@ impl Doors {
             let limit: Limit<UnixStream> = (slots, Arc::new(drop));
             tokio::spawn(accept(agent, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 agent::serve(stream, door.clone(), shared.clone())
+            }));
+        }
+        // The model door: its socket, and for a run without an envelope its loopback
+        // port, where the run's placeholder is the credential.
+        let model_slots = Arc::new(Semaphore::new(MAX_MODEL_CONNECTIONS));
+        {
+            let (door, ledger, shared) = (door.clone(), ledger.clone(), self.shared.clone());
+            let limit: Limit<UnixStream> = (model_slots.clone(), Arc::new(drop));
+            tokio::spawn(accept(model_door, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                model::serve(stream, door.clone(), ledger.clone(), shared.clone())
+            }));
+        }
+        if let Some(listener) = model_listener {
+            let (door, ledger, shared) = (door.clone(), ledger.clone(), self.shared.clone());
+            let limit: Limit<tokio::net::TcpStream> = (model_slots, Arc::new(drop));
+            tokio::spawn(accept(listener, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                model::serve(stream, door.clone(), ledger.clone(), shared.clone())
             }));
         }
         {
@@ -250,7 +285,7 @@ impl Doors {
             }));
         }
         tracing::info!(run = %door.run_id, dir = %dir.display(), repositories = door.repositories.len(), network = door.egress.network, "serving the run's doors");
-        open.insert(door.run_id.clone(), Open { door, sockets: sockets.clone(), _stop: stop });
+        open.insert(door.run_id.clone(), Open { door, sockets: sockets.clone(), ledger, _stop: stop });
         Ok(sockets)
     }
 

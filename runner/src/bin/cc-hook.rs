@@ -1,8 +1,8 @@
 //! cc-hook: Claude Code's PreToolUse hook (see `cc_runner::hook`).
 //! `cc-hook [--agent http://127.0.0.1:PORT | --agent unix:PATH] [--deadline-ms N] [--api-key]`
 //!
-//! With `--api-key` it is Claude Code's `apiKeyHelper` instead: it prints the model
-//! provider's API key, which the broker hands out through the run's agent socket.
+//! With `--api-key` it is Claude Code's `apiKeyHelper` instead: it prints the run's
+//! model placeholder, which the broker mints and the run's model door alone accepts.
 #![forbid(unsafe_code)]
 
 use std::io::Read;
@@ -59,13 +59,14 @@ async fn ask(agent: Address, tool_use: cc_proto::agent::v1::ToolUse) -> Result<(
     Ok((answer.decision == Decision::Allow as i32, answer.reason))
 }
 
-/// `--api-key`: the key on stdout, or exit 1 with why on stderr.
+/// `--api-key`: the run's model placeholder on stdout (the key Claude Code presents
+/// to its model door, worth nothing elsewhere), or exit 1 with why on stderr.
 fn print_api_key(options: Options) -> ExitCode {
     let fetch = async {
         let mut gate = hook::agent_client(&options.agent).await?;
-        let call = gate.get_model_key(cc_proto::agent::v1::GetModelKeyRequest {});
+        let call = gate.get_model_placeholder(cc_proto::agent::v1::GetModelPlaceholderRequest {});
         match tokio::time::timeout(options.deadline, call).await {
-            Ok(Ok(r)) => Ok(r.into_inner().api_key),
+            Ok(Ok(r)) => Ok(r.into_inner().placeholder),
             Ok(Err(status)) => Err(status.message().to_owned()),
             Err(_) => Err(format!("no answer within {} ms", options.deadline.as_millis())),
         }
@@ -77,7 +78,7 @@ fn print_api_key(options: Options) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("cc-hook: cannot get the model API key: {e}");
+            eprintln!("cc-hook: cannot get the run's model key: {e}");
             ExitCode::FAILURE
         }
     }

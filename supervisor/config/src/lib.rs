@@ -53,9 +53,15 @@
 //!
 //! [runs.claude_code]                  # the claude-code adapter
 //! program = "claude"                  # the CLI, on the envelope's PATH (or an absolute path under a system dir)
-//! base_url = ""                       # ANTHROPIC_BASE_URL for the CLI; its host must be on the egress allowlist
+//! model = "anthropic"                 # the [models.NAME] its requests go to, through the run's model door
 //! prompt_timeout_seconds = 1800       # a prompt that names no timeout gets this
 //! prompt_max_timeout_seconds = 14400  # a prompt may ask for at most this
+//!
+//!
+//! [models.anthropic]                  # a model provider, served to runs by their model door
+//! api = "anthropic"                   # or "openai" (chat completions)
+//! base_url = "https://api.anthropic.com"
+//! key_file = "anthropic.key"          # relative to the data directory; 0600; read by cc-broker
 //!
 //! [runs.limits]                       # per run: its runner and every launch together
 //! pids_max = 1024                     # processes and threads at once
@@ -75,6 +81,9 @@ use serde::Deserialize;
 use cc_proto::helper::HelperKind;
 
 pub mod limits;
+pub mod models;
+
+pub use models::{ModelApi, ModelProvider, ModelsConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -113,6 +122,9 @@ pub struct Config {
     pub terminals: TerminalsConfig,
     #[serde(default)]
     pub audit: AuditConfig,
+    /// The model providers runs' agents reach through their model door, by name.
+    #[serde(default)]
+    pub models: ModelsConfig,
     /// The runner program [default: cc-runner next to cc-supervisor].
     #[serde(default)]
     pub runner: Option<PathBuf>,
@@ -165,6 +177,13 @@ pub struct RunsConfig {
     /// GitHub's REST API, where the product's MCP tools open pull requests and write
     /// issues (a stand-in in tests).
     pub github_api_url: String,
+    /// The model tokens (input, output and cache, every model) a run may use through
+    /// its model door; 0: no budget. `ccctl run start --model-budget-tokens` sets a
+    /// run's own.
+    pub model_budget_tokens: u64,
+    /// The model tokens a workspace's runs may use together in a day (UTC); 0: no
+    /// budget.
+    pub workspace_model_budget_tokens_per_day: u64,
 }
 
 /// The claude-code adapter (`[runs.claude_code]`).
@@ -175,28 +194,26 @@ pub struct ClaudeCodeConfig {
     /// The `claude` CLI, as the envelope finds it: a name on the envelope's PATH or an
     /// absolute path (which must be visible inside: under a system directory).
     pub program: String,
-    /// `ANTHROPIC_BASE_URL` for the CLI; empty: the CLI's own default. Its host must be
-    /// on the run's egress allowlist.
-    pub base_url: String,
+    /// The provider (`[models.NAME]`, of api "anthropic") the CLI's requests go to,
+    /// through the run's model door.
+    pub model: String,
+    /// Gone: the provider's table says where the model is. Kept to say so.
+    #[cfg_attr(feature = "config-schema", schemars(skip))]
+    pub base_url: Option<String>,
     /// A prompt that names no timeout gets this.
     pub prompt_timeout_seconds: u32,
     /// A prompt may ask for at most this.
     pub prompt_max_timeout_seconds: u32,
-    /// Whether the broker has the model provider's API key (`[credentials.model]`):
-    /// then the CLI asks for it through cc-hook (`apiKeyHelper`). Not a key of this
-    /// table: set from `[credentials]`.
-    #[serde(skip)]
-    pub model_key: bool,
 }
 
 impl Default for ClaudeCodeConfig {
     fn default() -> Self {
         Self {
             program: "claude".into(),
-            base_url: String::new(),
+            model: "anthropic".into(),
+            base_url: None,
             prompt_timeout_seconds: 1800,
             prompt_max_timeout_seconds: 4 * 3600,
-            model_key: false,
         }
     }
 }
@@ -211,6 +228,8 @@ impl Default for RunsConfig {
             limits: LimitsConfig::default(),
             claude_code: ClaudeCodeConfig::default(),
             github_api_url: "https://api.github.com".into(),
+            model_budget_tokens: 0,
+            workspace_model_budget_tokens_per_day: 0,
         }
     }
 }
@@ -565,13 +584,24 @@ impl Config {
         if claude.prompt_timeout_seconds == 0 || claude.prompt_max_timeout_seconds < claude.prompt_timeout_seconds {
             return Err("[runs.claude_code]: need 0 < prompt_timeout_seconds <= prompt_max_timeout_seconds".into());
         }
-        for (key, url) in
-            [("[runs.claude_code] base_url", &claude.base_url), ("[runs] github_api_url", &runs.github_api_url)]
+        if claude.base_url.is_some() {
+            return Err(MOVED_TO_MODELS.replace("{key}", "[runs.claude_code] base_url"));
+        }
+        if config.credentials.as_ref().is_some_and(|c| c.0.contains_key("model")) {
+            return Err(MOVED_TO_MODELS.replace("{key}", "[credentials.model]"));
+        }
+        models::check(&config.models)?;
+        if let Some(provider) = config.models.get(&claude.model)
+            && provider.api != ModelApi::Anthropic
         {
-            let empty_allowed = key.ends_with("base_url");
-            if !(url.starts_with("https://") || url.starts_with("http://") || (empty_allowed && url.is_empty())) {
-                return Err(format!("{key} {url:?} is not an http(s) URL"));
-            }
+            return Err(format!(
+                "[runs.claude_code] model = {:?} names a provider of api \"openai\": Claude Code speaks Anthropic's",
+                claude.model
+            ));
+        }
+        let url = &runs.github_api_url;
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(format!("[runs] github_api_url {url:?} is not an http(s) URL"));
         }
         if r.healthy_after_ms <= r.ready_timeout_ms {
             return Err("[restart]: healthy_after_ms must be longer than ready_timeout_ms, or no helper would ever be reported failed".into());
@@ -579,6 +609,10 @@ impl Config {
         Ok(config)
     }
 }
+
+/// What an older configuration is told about the keys the model door replaced.
+const MOVED_TO_MODELS: &str = "{key} is gone: a model provider is one table now, [models.NAME] with api, base_url and \
+     key_file (docs/guides/agents.md)";
 
 /// Reads a file that decides what we run or allow: it must be ours or root's and
 /// writable by no one else, or anyone who can edit it could loosen us.
@@ -649,7 +683,14 @@ mod tests {
             ("[runs.limits]\ncpu_weight = 0\n", "cpu_weight"),
             ("[runs.claude_code]\nprogram = \"\"\n", "program"),
             ("[runs.claude_code]\nprompt_timeout_seconds = 0\n", "prompt_timeout_seconds"),
-            ("[runs.claude_code]\nbase_url = \"model.example\"\n", "base_url"),
+            ("[runs.claude_code]\nbase_url = \"http://model.example\"\n", "[runs.claude_code] base_url is gone"),
+            ("[credentials.model]\napi_key_file = \"k\"\n", "[credentials.model] is gone"),
+            ("[models.x]\napi = \"anthropic\"\nbase_url = \"http://10.1.1.1\"\nkey_file = \"k\"\n", "use https"),
+            ("[models.x]\napi = \"gemini\"\nbase_url = \"https://x\"\nkey_file = \"k\"\n", "gemini"),
+            (
+                "[models.anthropic]\napi = \"openai\"\nbase_url = \"https://x/v1\"\nkey_file = \"k\"\n",
+                "Claude Code speaks Anthropic's",
+            ),
             ("[runs]\ngithub_api_url = \"\"\n", "github_api_url"),
             ("[runs.claude_code]\nmodel_key = true\n", "model_key"),
         ] {

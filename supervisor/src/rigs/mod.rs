@@ -140,6 +140,7 @@ impl RigManager {
                 agent_command: String::new(),
                 network,
                 limits: None,
+                model_budget_tokens: 0,
             })
             .await?;
         // 0: no limit configured.

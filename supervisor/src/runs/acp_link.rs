@@ -528,6 +528,15 @@ impl Prompts {
                 .await
                 .map_err(RunError::Helper)?
                 .into_inner();
+        // Pointed at the run's model door, with the run's placeholder as its key.
+        let env = if run.models.is_empty() {
+            Default::default()
+        } else {
+            let placeholder = self.runs.model_placeholder(&run.record.id).await?;
+            super::models::agent_env(&self.runs.env.models, super::models::MODEL_PORT, &placeholder)
+                .into_iter()
+                .collect()
+        };
         let launch = sb::LaunchRequest {
             run_id: run.record.id.clone(),
             kind: EnvelopeKind::Overlay as i32,
@@ -535,6 +544,7 @@ impl Prompts {
             // The agent lives for the run: sandboxd ends it with the run.
             timeout_seconds: 0,
             host: None,
+            env,
             ..Default::default()
         };
         let (launched, agent_stdin) = self.runs.launch_interactive(run, launch, "acp").await?;

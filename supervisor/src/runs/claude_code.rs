@@ -89,9 +89,22 @@ pub fn hook_command(timing: HookTiming, helpers: &Helpers) -> String {
     )
 }
 
+/// What the CLI's `apiKeyHelper` gives it: never a key, only the run's placeholder,
+/// which opens the run's model door and nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyHelper {
+    /// No provider: no helper, and prompts fail at once.
+    None,
+    /// The placeholder, known when the settings were written: the helper prints it,
+    /// so the CLI needs nothing of the run's sockets to reach its model.
+    Placeholder(String),
+    /// The broker could not be asked then: cc-hook asks it, through the agent socket.
+    AskHook,
+}
+
 /// Claude Code's settings for a run: the hooks, the environment the CLI runs with,
-/// and, when the broker has one, the model API key through cc-hook.
-pub fn settings(timing: HookTiming, env: &[(String, String)], model_key: bool, helpers: &Helpers) -> Value {
+/// and its key helper.
+pub fn settings(timing: HookTiming, env: &[(String, String)], key: &KeyHelper, helpers: &Helpers) -> Value {
     let hook = json!([{
         "type": "command",
         "command": hook_command(timing, helpers),
@@ -105,8 +118,14 @@ pub fn settings(timing: HookTiming, env: &[(String, String)], model_key: bool, h
         // Nothing of the CLI's own reaches out on its own: updates, telemetry, error reports.
         "autoUpdates": false,
     });
-    if model_key {
-        settings["apiKeyHelper"] = Value::from(format!("{} --api-key", helpers.hook_words()));
+    match key {
+        KeyHelper::None => {}
+        KeyHelper::Placeholder(placeholder) => {
+            settings["apiKeyHelper"] = Value::from(format!("echo {}", quoted(placeholder)));
+        }
+        KeyHelper::AskHook => {
+            settings["apiKeyHelper"] = Value::from(format!("{} --api-key", helpers.hook_words()));
+        }
     }
     settings
 }
@@ -178,9 +197,11 @@ mod tests {
         let t = HookTiming::for_approvals(300_000);
         assert!(t.deadline_ms < t.timeout_seconds * 1000, "{t:?}");
         let inside = Helpers::enveloped();
-        let s = settings(t, &environment(Some("http://model.test:9")), true, &inside);
+        let s = settings(t, &environment(Some("http://model.test:9")), &KeyHelper::AskHook, &inside);
         assert_eq!(s["apiKeyHelper"], format!("'{HOOK_INSIDE}' --api-key"));
-        assert!(settings(t, &[], false, &inside).get("apiKeyHelper").is_none());
+        assert!(settings(t, &[], &KeyHelper::None, &inside).get("apiKeyHelper").is_none());
+        let placeholder = KeyHelper::Placeholder("cc-placeholder-ab".into());
+        assert_eq!(settings(t, &[], &placeholder, &inside)["apiKeyHelper"], "echo 'cc-placeholder-ab'");
         let hooks = s["hooks"]["PreToolUse"].as_array().unwrap();
         let matchers: Vec<&str> = hooks.iter().map(|h| h["matcher"].as_str().unwrap()).collect();
         assert_eq!(matchers, HOOKED);

@@ -124,28 +124,48 @@ pub const LOOPBACK_USER: &str = "cc-run";
 /// credential a client must present there. The ports are found by binding port 0 and
 /// are free again when the gateway binds them; a port taken in between fails the
 /// gateway's registration, which says so.
-pub fn loopback_proxies() -> std::io::Result<gw::LoopbackProxies> {
-    // Both bound at once, so that the two differ; both free again when they go.
+/// `model_door`: a third port, for the run's model door (0 without).
+pub fn loopback_proxies(model_door: bool) -> std::io::Result<(gw::LoopbackProxies, u16)> {
+    // All bound at once, so that they differ; all free again when they go.
     let probe = || std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0));
     let (http, socks) = (probe()?, probe()?);
+    let model = model_door.then(probe).transpose()?;
     let (http_port, socks_port) = (http.local_addr()?.port(), socks.local_addr()?.port());
+    let model_port = match &model {
+        Some(m) => m.local_addr()?.port(),
+        None => 0,
+    };
     let password = cc_proto::secret::PeerSecret::generate().map_err(std::io::Error::other)?;
-    Ok(gw::LoopbackProxies {
+    let proxies = gw::LoopbackProxies {
         http_port: http_port.into(),
         socks_port: socks_port.into(),
         username: LOOPBACK_USER.to_owned(),
         password: password.expose().to_owned(),
-    })
+    };
+    Ok((proxies, model_port))
+}
+
+/// A free port of 127.0.0.1 for the model door of an agent on the host (a
+/// claude-code-nosandbox run beside envelopes): free again when the gateway binds it.
+pub fn loopback_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
 }
 
 /// The proxy variables of a run without an envelope: its loopback ports, with its
 /// credential in the URLs (curl, git, pip and npm read it from there). Nothing is
-/// exempt: such a run's loopback is the host's.
-pub fn loopback_proxy_env(env: &mut HashMap<String, String>, proxies: &gw::LoopbackProxies) {
+/// exempt but the run's own model door: such a run's loopback is the host's.
+/// `model_port`: the run's model door, the one port reached directly (0: none).
+pub fn loopback_proxy_env(env: &mut HashMap<String, String>, proxies: &gw::LoopbackProxies, model_port: u16) {
     let credential = format!("{}:{}", proxies.username, proxies.password);
     let http = format!("http://{credential}@127.0.0.1:{}", proxies.http_port);
     let socks = format!("socks5h://{credential}@127.0.0.1:{}", proxies.socks_port);
-    set_proxy_variables(env, &http, &socks, "");
+    // Only the run's own model door is reached directly: every other loopback port
+    // goes to the proxy, which refuses it.
+    let direct = match model_port {
+        0 => String::new(),
+        port => format!("127.0.0.1:{port}"),
+    };
+    set_proxy_variables(env, &http, &socks, &direct);
 }
 
 #[cfg(test)]
@@ -169,16 +189,20 @@ mod tests {
 
     #[test]
     fn a_run_without_an_envelope_gets_two_ports_and_its_own_credential() {
-        let (a, b) = (loopback_proxies().unwrap(), loopback_proxies().unwrap());
+        let ((a, model), (b, none)) = (loopback_proxies(true).unwrap(), loopback_proxies(false).unwrap());
+        assert!(model != 0 && none == 0);
         assert_ne!(a.http_port, a.socks_port);
         assert!(a.http_port > 0 && a.socks_port > 0);
         assert_ne!(a.password, b.password, "each run has its own credential");
         let mut env = HashMap::new();
-        loopback_proxy_env(&mut env, &a);
+        loopback_proxy_env(&mut env, &a, 0);
         let expected = format!("http://cc-run:{}@127.0.0.1:{}", a.password, a.http_port);
         assert_eq!(env["HTTPS_PROXY"], expected);
         assert_eq!(env["http_proxy"], expected);
         assert!(env["ALL_PROXY"].starts_with("socks5h://cc-run:"));
         assert_eq!(env["NO_PROXY"], "");
+        // Its model door alone is reached directly.
+        loopback_proxy_env(&mut env, &a, model);
+        assert_eq!(env["no_proxy"], format!("127.0.0.1:{model}"));
     }
 }

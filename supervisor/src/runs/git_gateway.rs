@@ -66,7 +66,8 @@ pub fn make_gateway_dir(data_root: &Path, run: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-fn register_request(run: &LiveRun) -> gw::RegisterRunRequest {
+/// `used`: the run's model tokens so far, from which a restarted gateway counts on.
+fn register_request(run: &LiveRun, used: u64) -> gw::RegisterRunRequest {
     gw::RegisterRunRequest {
         run_id: run.record.id.clone(),
         workspace_id: run.record.workspace.clone(),
@@ -84,7 +85,11 @@ fn register_request(run: &LiveRun) -> gw::RegisterRunRequest {
             .collect(),
         git_dirs: run.git_dirs.iter().map(|d| d.as_os_str().as_bytes().to_vec()).collect(),
         egress: Some(run.egress.clone()),
-        model_key: run.record.adapter.is_claude_code(),
+        models: run.models.clone(),
+        model_budget_tokens: run.model_budget_tokens,
+        model_tokens_used: used,
+        model_refusal: run.model_refusal().unwrap_or_default(),
+        model_loopback_port: run.model_loopback_port.into(),
     }
 }
 
@@ -106,7 +111,7 @@ impl RunManager {
         let channels = &self.env.channels;
         let registered = async {
             let mut gateway = channels.gateway().await?;
-            let call = gateway.register_run(register_request(live));
+            let call = gateway.register_run(register_request(live, self.model_tokens_used(&live.record.id)));
             channels.within(HelperKind::Gateway, "RegisterRun", call).await
         };
         match registered.await {
@@ -145,7 +150,7 @@ impl RunManager {
         for run in &live {
             let register = async {
                 let mut gateway = channels.gateway_at(pid).await?;
-                let call = gateway.register_run(register_request(run));
+                let call = gateway.register_run(register_request(run, self.model_tokens_used(&run.record.id)));
                 channels.within(HelperKind::Gateway, "RegisterRun", call).await
             };
             if let Err(status) = register.await {

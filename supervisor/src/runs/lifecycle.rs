@@ -13,8 +13,8 @@ use tokio::sync::oneshot;
 
 use super::{
     LiveRun, OwnedCgroup, RunError, RunManager, RunRecord, RunState, RunnerSlot, StartRequest, StopRequest, acp,
-    answer, claude_code, credentials, egress, envelope_limits, git_gateway, limits, now, prompt, runner, runner_socket,
-    sandbox_policy, stop_reason,
+    answer, claude_code, credentials, egress, envelope_limits, git_gateway, limits, models, now, prompt, runner,
+    runner_socket, sandbox_policy, stop_reason,
 };
 use crate::conversations::RunPaths;
 use crate::helpers::HelperKind;
@@ -33,14 +33,18 @@ impl RunManager {
         }
         // The network rule is read once, here: a run never changes it. Without an
         // envelope the run's proxies listen on loopback ports behind a credential.
-        let loopback =
-            if self.env.enveloped {
-                None
-            } else {
-                Some(egress::loopback_proxies().map_err(|e| {
-                    RunError::Internal(format!("cannot find loopback ports for the run's proxies: {e}"))
-                })?)
-            };
+        // An agent on the host (no envelope, or claude-code-nosandbox) reaches its model
+        // door on a loopback port of its own, where its placeholder is the credential.
+        let ports_error =
+            |e: std::io::Error| RunError::Internal(format!("cannot find loopback ports for the run: {e}"));
+        let with_models = !self.env.models.is_empty();
+        let (loopback, model_loopback_port) = if self.env.enveloped {
+            let on_host = with_models && request.adapter == Adapter::ClaudeCodeNosandbox;
+            (None, if on_host { egress::loopback_port().map_err(ports_error)? } else { 0 })
+        } else {
+            let (proxies, model_port) = egress::loopback_proxies(with_models).map_err(ports_error)?;
+            (Some(proxies), model_port)
+        };
         let limits = limits::RunLimits::from_config(&self.config().limits)
             .overridden(request.limits.as_ref())
             .map_err(|e| RunError::BadRequest(format!("run limits: {e}")))?;
@@ -63,6 +67,14 @@ impl RunManager {
         .await
         .map_err(|e| RunError::Internal(e.to_string()))??;
         let roots = runner_roots(&paths)?;
+        // The run's model providers, as its door will serve them; and where that door
+        // is from inside (the envelope's bridge, or without one a host loopback port).
+        let models = models::gateway_models(&self.env.models, self.env.data.root()).map_err(RunError::Precondition)?;
+        let model_port = if model_loopback_port == 0 { models::MODEL_PORT } else { model_loopback_port };
+        let model_budget_tokens = match request.model_budget_tokens {
+            0 => self.config().model_budget_tokens,
+            asked => asked,
+        };
         if request.adapter.is_claude_code() {
             // The agent's settings (its hooks) and MCP config, before anything of the
             // run can start: read-only in its overlay envelope. Without one (on purpose,
@@ -72,8 +84,21 @@ impl RunManager {
             let timing = claude_code::HookTiming::for_approvals(self.gate().approvals.timeout().as_millis() as u64);
             let config = self.config();
             let claude = &config.claude_code;
-            let env = claude_code::environment(Some(&claude.base_url));
-            let settings = claude_code::settings(timing, &env, claude.model_key, &helpers);
+            // The CLI reaches its provider through the door, or (none configured) not at
+            // all: its prompts then fail at once, naming the missing table.
+            let door = self.env.models.contains_key(&claude.model).then(|| models::door_url(model_port, &claude.model));
+            let env = claude_code::environment(door.as_deref());
+            let key = match &door {
+                None => claude_code::KeyHelper::None,
+                Some(_) => match self.model_placeholder(&id).await {
+                    Ok(placeholder) => claude_code::KeyHelper::Placeholder(placeholder),
+                    Err(e) => {
+                        tracing::warn!(run = %id, error = %e, "cannot have the run's model placeholder now; its CLI will ask");
+                        claude_code::KeyHelper::AskHook
+                    }
+                },
+            };
+            let settings = claude_code::settings(timing, &env, &key, &helpers);
             let mcp = claude_code::mcp_config(&helpers);
             prompt::write_agent_config(&paths.agent_config, &settings, &mcp).map_err(|e| {
                 RunError::Internal(format!(
@@ -130,7 +155,7 @@ impl RunManager {
             Some(&gateway_socket),
             &self.config(),
             envelope_limits,
-            loopback.as_ref(),
+            loopback.as_ref().map(|l| (l, model_loopback_port)),
         );
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) });
         channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
@@ -182,6 +207,10 @@ impl RunManager {
             agent: Default::default(),
             agent_command: request.agent_command.clone(),
             acp: Mutex::default(),
+            models,
+            model_budget_tokens,
+            model_loopback_port,
+            model_refusal: Mutex::default(),
         });
         self.lock().insert(run_id.clone(), live.clone());
         // Before the runner exists, so nothing of the run runs without its credential

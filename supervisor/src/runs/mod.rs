@@ -38,6 +38,7 @@ mod gitconfig;
 pub mod hook;
 mod launch;
 mod lifecycle;
+pub mod models;
 pub use cc_config::limits;
 pub mod product_tools;
 pub mod prompt;
@@ -91,6 +92,8 @@ pub struct StartRequest {
     pub network: bool,
     /// Overrides of the configured limits.
     pub limits: Option<cc_proto::supervisor::v1::RunLimits>,
+    /// Its model token budget; 0: `[runs] model_budget_tokens`.
+    pub model_budget_tokens: u64,
 }
 
 /// The run's runner as calls see it. It starts in the background once the run is
@@ -147,6 +150,15 @@ pub struct LiveRun {
     /// The command that starts its ACP agent (adapter acp), and the agent while it lives.
     pub agent_command: String,
     acp: Mutex<Option<acp_link::AcpLink>>,
+    /// The providers its model door serves, as its start found them.
+    pub models: Vec<cc_proto::gateway::v1::ModelProvider>,
+    /// Its model token budget; 0: none.
+    pub model_budget_tokens: u64,
+    /// Its model door's port on the host's loopback, for an agent on the host; 0: none.
+    pub model_loopback_port: u16,
+    /// Set once it may make no more model requests: the door is told again with it
+    /// after a gateway restart.
+    model_refusal: Mutex<Option<String>>,
 }
 
 /// A run's cgroup, removed (with whatever is left in it) when the run ends, or when
@@ -186,6 +198,18 @@ impl LiveRun {
 
     fn set_gateway_bridged(&self, bridged: bool) {
         self.gateway_bridged.store(bridged, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records that the run may make no more model requests; true the first time.
+    fn set_model_refusal(&self, why: &str) -> bool {
+        let mut refusal = self.model_refusal.lock().unwrap_or_else(|p| p.into_inner());
+        let first = refusal.is_none();
+        *refusal = Some(why.to_owned());
+        first
+    }
+
+    fn model_refusal(&self) -> Option<String> {
+        self.model_refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The run's cgroup, if it has one.
@@ -301,6 +325,9 @@ pub struct RunEnv {
     /// The configuration's part of runs' network allowlists (`[egress]`): replaced
     /// whole by a reload; a live run keeps the allowlist it started with.
     pub egress: std::sync::RwLock<Arc<cc_config::EgressConfig>>,
+    /// `[models]`, as the broker was given its key files at start: a reload that
+    /// changes it takes effect at the next start.
+    pub models: Arc<cc_config::ModelsConfig>,
 }
 
 pub struct RunManager {
@@ -320,7 +347,8 @@ fn now() -> i64 {
 /// run's gateway socket, bridged with the run's git config pointing at it (its
 /// directory must exist; the socket may come later). `config.path`: what sandboxd adds
 /// to PATH after the system's program directories. `loopback`: for a run without an
-/// envelope, the ports and credential its proxy variables name instead of the bridges.
+/// envelope, the ports and credential its proxy variables name instead of the bridges,
+/// and its model door's port.
 pub fn sandbox_policy(
     run_id: &str,
     paths: &RunPaths,
@@ -328,7 +356,7 @@ pub fn sandbox_policy(
     git_gateway: Option<&Path>,
     config: &RunsConfig,
     limits: sb::EnvelopeLimits,
-    loopback: Option<&cc_proto::gateway::v1::LoopbackProxies>,
+    loopback: Option<(&cc_proto::gateway::v1::LoopbackProxies, u16)>,
 ) -> sb::RunPolicy {
     let mut env = std::collections::HashMap::new();
     if !config.path.is_empty() {
@@ -343,13 +371,14 @@ pub fn sandbox_policy(
         // instead when there is no envelope); and the agent socket its hook asks.
         if let Some(dir) = socket.parent() {
             match loopback {
-                Some(proxies) => egress::loopback_proxy_env(&mut env, proxies),
+                Some((proxies, model_port)) => egress::loopback_proxy_env(&mut env, proxies, model_port),
                 None => egress::proxy_env(&mut env),
             }
             for (port, name) in [
                 (egress::HTTP_PROXY_PORT, egress::HTTP_PROXY_SOCKET),
                 (egress::SOCKS_PORT, egress::SOCKS_SOCKET),
                 (hook::AGENT_PORT, hook::AGENT_SOCKET),
+                (models::MODEL_PORT, models::MODEL_SOCKET),
             ] {
                 bridges.push(sb::Bridge { port: port.into(), socket: path_bytes(&dir.join(name)) });
             }
@@ -520,10 +549,8 @@ impl RunManager {
         self.env.egress.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
-    /// Puts a reloaded `[runs]` and `[egress]` in force. The model key is the
-    /// broker's, read at start: a reload keeps what the broker was given.
-    pub fn replace_settings(&self, mut runs: RunsConfig, egress: cc_config::EgressConfig) {
-        runs.claude_code.model_key = self.config().claude_code.model_key;
+    /// Puts a reloaded `[runs]` and `[egress]` in force.
+    pub fn replace_settings(&self, runs: RunsConfig, egress: cc_config::EgressConfig) {
         *self.env.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(runs);
         *self.env.egress.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(egress);
     }

@@ -117,14 +117,14 @@ impl Prompts {
         if acp {
             return self.prompt_acp(&run, prompt, timeout).await;
         }
-        // Without a key the CLI prints its apiKeyHelper's error and then waits out the
-        // whole prompt timeout. On the host (nosandbox) it may have a key of its own.
-        if !on_host && !config.model_key {
-            return Err(RunError::Precondition(
-                "claude-code has no model API key: add [credentials.model] with api_key_file to config.toml \
-                 (docs/reference/config.md), then restart the supervisor"
-                    .into(),
-            ));
+        // Without a provider the CLI has no door to reach and would wait out the whole
+        // prompt timeout. On the host (nosandbox) it may have a key of its own.
+        if !on_host && !self.runs.env.models.contains_key(&config.model) {
+            return Err(RunError::Precondition(format!(
+                "claude-code has no model API key: add [models.{}] with api, base_url and key_file to config.toml \
+                 (docs/guides/agents.md), then restart the supervisor",
+                config.model
+            )));
         }
         let session = run.agent.0.clone().try_lock_owned().map_err(|_| RunError::AgentBusy(run_id.clone()))?;
         let config_dir = String::from_utf8_lossy(&run.policy.agent_config).into_owned();

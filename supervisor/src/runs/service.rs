@@ -62,6 +62,8 @@ impl RunsService {
             // GetRun's alone: a list of runs stays small whatever they reached.
             egress_traffic: vec![],
             agent_command,
+            model_usage: vec![],
+            model_budget_tokens: 0,
         }
     }
 }
@@ -93,6 +95,7 @@ impl Runs for RunsService {
             agent_command: r.agent_command,
             network: r.network,
             limits: r.limits,
+            model_budget_tokens: r.model_budget_tokens,
         };
         let live = self.manager.start(request).await?;
         Ok(Response::new(pb::StartRunResponse { run: Some(self.to_proto(live.current())) }))
@@ -116,6 +119,14 @@ impl Runs for RunsService {
         match traffic {
             Ok(traffic) => run.egress_traffic = traffic.iter().map(|t| t.to_proto()).collect(),
             Err(e) => tracing::warn!(run = %run.run_id, error = %e, "cannot read the run's egress traffic"),
+        }
+        let (manager, id) = (self.manager.clone(), run.run_id.clone());
+        let usage = tokio::task::spawn_blocking(move || manager.model_usage(&id))
+            .await
+            .map_err(|e| Status::internal(format!("reading the run's model usage failed: {e}")))?;
+        run.model_usage = usage;
+        if let Some(live) = self.manager.live_run(&RunId::from_wire(run.run_id.as_str())) {
+            run.model_budget_tokens = live.model_budget_tokens;
         }
         Ok(Response::new(pb::GetRunResponse { run: Some(run) }))
     }
@@ -161,6 +172,14 @@ impl Runs for RunsService {
             .map_err(|e| Status::internal(format!("recording egress failed: {e}")))?
             .map_err(|e| Status::internal(format!("cannot record egress: {e}")))?;
         Ok(Response::new(pb::RecordEgressResponse { recorded }))
+    }
+
+    async fn record_model_usage(
+        &self,
+        request: Request<pb::RecordModelUsageRequest>,
+    ) -> Result<Response<pb::RecordModelUsageResponse>, Status> {
+        let refusal = self.manager.record_model_usage(request.into_inner()).await?;
+        Ok(Response::new(pb::RecordModelUsageResponse { refusal }))
     }
 
     async fn decide_tool_use(

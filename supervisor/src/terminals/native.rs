@@ -48,6 +48,7 @@ pub async fn start(manager: &Arc<RunManager>, spec: Spec, inputs: Inputs) -> Res
             agent_command: String::new(),
             network: spec.network,
             limits: None,
+            model_budget_tokens: 0,
         })
         .await?;
     let launch = sb::LaunchRequest {

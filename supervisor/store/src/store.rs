@@ -108,6 +108,22 @@ const MIGRATIONS: &[&str] = &[
         created_unix_ms INTEGER NOT NULL,
         PRIMARY KEY (run, question)
     );",
+    // 9: what runs' model requests cost, per run, model and UTC day (issue 38): the
+    // rows behind a run's tokens per model and a workspace's daily budget.
+    "CREATE TABLE model_usage (
+        run TEXT NOT NULL,
+        workspace TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        day TEXT NOT NULL,
+        requests INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cache_creation_input_tokens INTEGER NOT NULL,
+        cache_read_input_tokens INTEGER NOT NULL,
+        PRIMARY KEY (run, provider, model, day)
+    );
+    CREATE INDEX model_usage_by_workspace_day ON model_usage (workspace, day);",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,9 @@
 //! - `kill COMMAND`: a terminal killed as soon as it exists, then waited for;
 //! - `connect ADDR`: a TCP connection of the agent's own, with no proxy;
 //! - `getenv NAME`: the variable as the agent's process has it;
+//! - `model-call`: a Messages API request to `$ANTHROPIC_BASE_URL` with
+//!   `$ANTHROPIC_API_KEY`, as an agent's SDK makes it, answered with the HTTP status
+//!   and the model's first text (`200 ok`) or the error's message;
 //! - `wait SECONDS`: a thought ("waiting", at once) and a pause, for a test that acts
 //!   on an agent in the middle of a prompt; `session/cancel` ends it, and the prompt
 //!   answers `cancelled`;
@@ -205,6 +208,7 @@ async fn step(cx: &ConnectionTo<Client>, session: &SessionId, line: &str) -> Str
             Err(e) => format!("refused {e}"),
         },
         "getenv" => std::env::var(rest).unwrap_or_else(|_| "unset".into()),
+        "model-call" => model_call(),
         "wait" | "deaf" => {
             // Listening for the cancel before anything can prompt it: one sent
             // between the thought and the wait would otherwise be missed.
@@ -317,4 +321,34 @@ async fn permissions(cx: &ConnectionTo<Client>, sid: &SessionId, count: usize) -
         }
     }
     format!("ok {allowed} allowed {refused} refused")
+}
+
+/// One `POST /v1/messages` to the base URL the agent was given, over plain HTTP/1.1
+/// (the door is on the envelope's loopback): `STATUS TEXT`.
+fn model_call() -> String {
+    use std::io::{Read, Write};
+    let (Ok(base), Ok(key)) = (std::env::var("ANTHROPIC_BASE_URL"), std::env::var("ANTHROPIC_API_KEY")) else {
+        return "unset ANTHROPIC_BASE_URL or ANTHROPIC_API_KEY".into();
+    };
+    let Some(rest) = base.strip_prefix("http://") else { return format!("not http: {base}") };
+    let (authority, prefix) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let body = r#"{"model":"claude-scripted","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
+    let request = format!(
+        "POST /{prefix}/v1/messages HTTP/1.1\r\nHost: {authority}\r\nx-api-key: {key}\r\nanthropic-version: 2023-06-01\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = match std::net::TcpStream::connect(authority) {
+        Ok(s) => s,
+        Err(e) => return format!("refused {e}"),
+    };
+    let mut answer = String::new();
+    if stream.write_all(request.as_bytes()).is_err() || stream.read_to_string(&mut answer).is_err() {
+        return "the door hung up".into();
+    }
+    let status = answer.split(' ').nth(1).unwrap_or("?").to_owned();
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let value: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_default();
+    let said = value.pointer("/content/0/text").or_else(|| value.pointer("/error/message"));
+    format!("{status} {}", said.and_then(|v| v.as_str()).unwrap_or(body).replace('\n', " "))
 }

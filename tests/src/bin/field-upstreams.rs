@@ -2,9 +2,10 @@
 //! installed service: the tests' scripted model (`cc_tests::model_api`, the Messages
 //! API's real wire format) for the real `claude` CLI, and the tests' git host
 //! (`cc_tests::git_host`: real `git http-backend` over smart HTTP) serving
-//! `octo/project`, which accepts one token.
+//! `octo/project`, which accepts one token. With `--model-key` the model accepts that
+//! key only, as a provider does.
 //!
-//!   field-upstreams --model-script TURNS.json --git-root DIR --token TOKEN
+//!   field-upstreams --model-script TURNS.json --git-root DIR --token TOKEN [--model-key KEY]
 //!
 //! TURNS.json is the model's turns: `[[{"text": "…"}, {"tool": "Bash", "input": {…}}], …]`.
 //! Prints one line, `model=PORT git=URL upstream=BARE`, then serves until killed.
@@ -21,10 +22,12 @@ struct Args {
     model_script: PathBuf,
     git_root: PathBuf,
     token: String,
+    /// The one key the model accepts, as a provider would.
+    model_key: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let (mut model_script, mut git_root, mut token) = (None, None, None);
+    let (mut model_script, mut git_root, mut token, mut model_key) = (None, None, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().with_context(|| format!("{flag} needs a value"))?;
@@ -32,13 +35,17 @@ fn parse_args() -> anyhow::Result<Args> {
             "--model-script" => model_script = Some(PathBuf::from(value)),
             "--git-root" => git_root = Some(PathBuf::from(value)),
             "--token" => token = Some(value),
-            _ => bail!("unknown flag {flag}; usage: field-upstreams --model-script FILE --git-root DIR --token TOKEN"),
+            "--model-key" => model_key = Some(value),
+            _ => bail!(
+                "unknown flag {flag}; usage: field-upstreams --model-script FILE --git-root DIR --token TOKEN [--model-key KEY]"
+            ),
         }
     }
     Ok(Args {
         model_script: model_script.context("--model-script is required")?,
         git_root: git_root.context("--git-root is required")?,
         token: token.context("--token is required")?,
+        model_key,
     })
 }
 
@@ -67,6 +74,9 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", args.model_script.display()))?;
     let script: Value = serde_json::from_str(&script).context("the model script is not JSON")?;
     let model = ModelApi::start(turns(&script)?);
+    if let Some(key) = &args.model_key {
+        model.require_key(key);
+    }
 
     let token = args.token;
     let authorize =

@@ -9,6 +9,7 @@ mod errors;
 mod exec;
 mod gate;
 mod limits;
+mod models;
 mod progress;
 mod render;
 mod rig;

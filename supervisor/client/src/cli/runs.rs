@@ -59,6 +59,10 @@ pub enum RunAction {
         network: Network,
         #[command(flatten)]
         limits: super::limits::LimitArgs,
+        /// The model tokens (input, output and cache) the run may use through its
+        /// model door; 0: `[runs] model_budget_tokens`
+        #[arg(long, default_value_t = 0)]
+        model_budget_tokens: u64,
     },
     /// List runs, newest first
     List {
@@ -209,6 +213,7 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
             "host": t.host, "port": t.port, "connections": t.connections,
             "bytes_sent": t.bytes_sent, "bytes_received": t.bytes_received, "denied": t.denied,
         })).collect::<Vec<_>>(),
+        "model": super::models::usage_json(r),
     })
 }
 
@@ -272,7 +277,16 @@ fn print_run(r: &pb::Run) {
 
 pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Result<()> {
     match action {
-        RunAction::Start { conversation, agent, mode, adapter, agent_command, network, limits } => {
+        RunAction::Start {
+            conversation,
+            agent,
+            mode,
+            adapter,
+            agent_command,
+            network,
+            limits,
+            model_budget_tokens,
+        } => {
             let request = pb::StartRunRequest {
                 conversation_id: conversation,
                 agent,
@@ -281,6 +295,7 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
                 agent_command,
                 network: network == Network::On,
                 limits: limits.to_proto(),
+                model_budget_tokens,
             };
             let run = client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
             if json {
@@ -313,6 +328,7 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
                 println!("work dir: {}", lossy(&run.work_dir));
                 println!("tools: {}", run.tools.join(", "));
                 print_egress(&run);
+                super::models::print_usage(&run);
             }
         }
         // Served from the event log by the caller, which holds the System client.
