@@ -32,6 +32,7 @@ if [ -d target/bench-srt/node_modules/@anthropic-ai/sandbox-runtime ]; then
 fi
 ./target/release/cc-bench egress "$srt_proxy"
 ./target/release/cc-bench adapters
+./target/release/cc-bench models
 ./target/release/cc-bench hostile
 ./target/release/cc-bench terminals
 # The microVM guest image beside the release binaries, with the agent.

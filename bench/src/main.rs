@@ -18,6 +18,8 @@
 //! * `egress`: 1 GiB through a run's CONNECT tunnel vs straight over loopback (and
 //!   through srt's proxy), and the connect latency the proxy adds.
 //! * `adapters`: the claude-code hook's decision latency.
+//! * `models`: the model door's latency to first byte and its streaming throughput vs
+//!   straight to the same provider.
 //! * `hostile`: the supervisor's memory and status latency, and a quiet run's read,
 //!   while a Claude Code stand-in attacks its adapter; its idle memory with 20 runs.
 //! * `microvm`: a microVM's boot to its agent, `exec true` through the agent, and
@@ -45,6 +47,7 @@ mod hostile;
 mod limits;
 mod load;
 mod microvm;
+mod models;
 mod neighbours;
 mod paths;
 mod runs;
@@ -65,13 +68,14 @@ fn main() -> anyhow::Result<()> {
         "git" => git::run(),
         "egress" => egress::run(std::env::args().nth(2)),
         "adapters" => adapters::run(),
+        "models" => models::run(),
         "hostile" => hostile::run(),
         "terminals" => terminals::run(),
         "microvm" => microvm::run(),
         "paths" => paths::run(),
         other => {
             bail!(
-                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, hostile, terminals, microvm, paths)"
+                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, models, hostile, terminals, microvm, paths)"
             )
         }
     }
