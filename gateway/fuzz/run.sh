@@ -5,7 +5,8 @@
 set -euo pipefail
 seconds="${1:-60}"
 here="$(cd "$(dirname "$0")" && pwd)"
-mkdir -p "$here/corpus/receive_request" "$here/corpus/report_status" "$here/corpus/route" "$here/corpus/egress_proxy"
+mkdir -p "$here/corpus/receive_request" "$here/corpus/report_status" "$here/corpus/route" "$here/corpus/egress_proxy" \
+    "$here/corpus/model_door"
 # Seeds: a push head with two refs, push options and a pack; reports with and without
 # side-band.
 python3 - "$here/corpus" <<'PY'
@@ -25,9 +26,14 @@ for i, start in enumerate([b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.
                            b"GET http://example.test/a?b HTTP/1.1\r\nHost: example.test\r\n\r\n",
                            b"\x05\x01\x00\x03\x10api.example.test\x01\xbb", b"\x05\x02\x00\x02"]):
     open(sys.argv[1] + "/egress_proxy/seed%d" % i, "wb").write(start)
+open(sys.argv[1] + "/model_door/sse", "wb").write(
+    b"POST /anthropic/v1/messages?beta=true\0event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
+    b"{\"model\":\"m\",\"usage\":{\"input_tokens\":3}}}\n\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":2}}\n\n")
+open(sys.argv[1] + "/model_door/json", "wb").write(
+    b"POST /local/chat/completions\0{\"model\":\"g\",\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1}}")
 PY
 cd "$here/../.."
-for target in receive_request report_status route egress_proxy; do
+for target in receive_request report_status route egress_proxy model_door; do
     RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir gateway/fuzz "$target" \
         "gateway/fuzz/corpus/$target" -- -max_total_time="$seconds" -max_len=8192 -timeout=10
 done

@@ -164,6 +164,14 @@ fn nothing_in_a_run_holds_the_key_and_its_placeholder_opens_only_its_own_door() 
             && w.events().contains("git_gateway_synced")
     });
     assert_eq!(model_request(&w.f, Some(&door), url, &theirs).0, 200);
+    // kill -9 of the broker: the placeholder is in its database, and the new broker
+    // exchanges it as the old one did.
+    let broker = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "broker").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(broker as i32), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(20), "the door works through a new broker", || {
+        w.f.sup.helper_pids().into_iter().any(|(n, pid)| n == "broker" && pid != broker)
+            && model_request(&w.f, Some(&door), url, &theirs).0 == 200
+    });
     // The run ends: its placeholder is revoked with its other credentials.
     assert!(w.f.sup.ccctl(&["run", "stop", &second]).status.success());
     let leases = json_of(&w.f.sup.ccctl(&["--json", "run", "credentials", &second]));
@@ -195,6 +203,49 @@ fn a_runs_model_budget_stops_its_agent_with_the_providers_own_error_shape() {
     assert!((40..40 + 15).contains(&used), "{run}");
     let events = w.events();
     assert_eq!(events.matches("\"model_budget_reached\"").count(), 1, "{events}");
+
+    // kill -9 of the gateway: the new one is told the run's count and refusal, and its
+    // door still refuses, in the provider's shape.
+    let door = door_socket(&w.f, &w.run);
+    let placeholder = placeholder_of(&w.f, &w.run);
+    let gateway = w.f.sup.helper_pids().into_iter().find(|(n, _)| n == "gateway").unwrap().1;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(gateway as i32), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(20), "a new gateway's door that still refuses", || {
+        let (status, body) = model_request(&w.f, Some(&door), "http://door/anthropic/v1/messages", &placeholder);
+        status == 403 && body.contains("permission_error") && body.contains("model budget of 40 tokens")
+    });
+}
+
+#[test]
+fn a_workspaces_daily_budget_stops_every_run_of_it() {
+    // The first run spends the workspace's 40 tokens a day; the second may finish the
+    // request it makes before it hears, and is refused from then on.
+    let turns = (0..10).map(|i| vec![bash(&format!("echo step-{i}"))]).collect();
+    let w = world_with(turns, "", "[runs]\nworkspace_model_budget_tokens_per_day = 40\n", None);
+    let out = w.prompt("do ten steps");
+    assert!(stdout(&out).contains("model budget of 40 tokens a day is spent"), "{}", stdout(&out));
+    let second = w.f.sup.ccctl(&["run", "start", "--conversation", &w.f.conversation, "--adapter", "claude-code"]);
+    assert!(second.status.success(), "{}", stdout(&second));
+    let second = String::from_utf8_lossy(&second.stdout).trim().to_owned();
+    let door = door_socket(&w.f, &second);
+    let placeholder = placeholder_of(&w.f, &second);
+    let url = "http://door/anthropic/v1/messages";
+    // Its first request goes through: its door has not heard yet. Its report is what
+    // the supervisor answers with the refusal, recorded for the run...
+    assert_eq!(model_request(&w.f, Some(&door), url, &placeholder).0, 200);
+    eventually(Duration::from_secs(10), "the second run's refusal recorded", || {
+        let events = String::from_utf8_lossy(&w.f.sup.ccctl(&["--json", "run", "events", &second]).stdout).into_owned();
+        events.contains("\"model_budget_reached\"")
+    });
+    // ...and from then on the door refuses it.
+    eventually(Duration::from_secs(10), "the second run refused", || {
+        let (status, body) = model_request(&w.f, Some(&door), url, &placeholder);
+        status == 403 && body.contains("workspace default's model budget")
+    });
+    let run = json_of(&w.f.sup.ccctl(&["--json", "run", "show", &second]));
+    let requests: u64 =
+        run["model"]["per_model"].as_array().unwrap().iter().map(|m| m["requests"].as_u64().unwrap()).sum();
+    assert!(requests <= 2, "{run}");
 }
 
 /// An ACP run: its agent is pointed at the door by its environment, with the

@@ -100,11 +100,20 @@ impl Meter {
             }
             return;
         }
-        while let Some(end) = chunk.iter().position(|&b| b == b'\n') {
-            if !self.skipping && self.held.len() + end <= MAX_LINE_BYTES {
-                self.held.extend_from_slice(&chunk[..end]);
-                let line = std::mem::take(&mut self.held);
-                self.line(&line);
+        // Whole lines are read where they lie in the chunk; only a line cut by the
+        // chunk's end is copied, to be finished by the next.
+        while let Some(end) = memchr::memchr(b'\n', chunk) {
+            let line = &chunk[..end];
+            if self.held.is_empty() {
+                // The same limit as a held line's, so that chunking never changes what is read.
+                if !self.skipping && line.len() <= MAX_LINE_BYTES {
+                    self.line(line);
+                }
+            } else if !self.skipping && self.held.len() + end <= MAX_LINE_BYTES {
+                self.held.extend_from_slice(line);
+                let whole = std::mem::take(&mut self.held);
+                self.line(&whole);
+                self.held = whole;
             }
             self.held.clear();
             self.skipping = false;
@@ -145,7 +154,7 @@ impl Meter {
             Api::Anthropic => &[b"message_start", b"message_delta"],
             Api::Openai => &[b"usage", b"model"],
         };
-        if !names.iter().any(|name| contains(data, name)) {
+        if !names.iter().any(|name| memchr::memmem::find(data, name).is_some()) {
             return;
         }
         let Ok(event) = serde_json::from_slice::<Value>(data.trim_ascii()) else { return };
@@ -174,11 +183,6 @@ impl Meter {
             }
         }
     }
-}
-
-/// Whether `needle` occurs in `haystack`.
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
