@@ -165,6 +165,14 @@ fn run_door(r: pb::RegisterRunRequest) -> Result<RunDoor, Status> {
         egress,
         models,
         model_budget_tokens: r.model_budget_tokens,
+        forwards: r
+            .forwards
+            .iter()
+            .map(|p| match u16::try_from(*p) {
+                Ok(port) if port > 0 => Ok(port),
+                _ => Err(Status::invalid_argument(format!("{p} is not a port to forward"))),
+            })
+            .collect::<Result<_, _>>()?,
         model_loopback_port: match r.model_loopback_port {
             0 => None,
             port => Some(u16::try_from(port).map_err(|_| Status::invalid_argument(format!("{port} is not a port")))?),

@@ -488,7 +488,7 @@ impl Sandbox for SupervisorApi {
         let config = self.runs.config();
         let limits = crate::runs::limits::RunLimits::from_config(&config.limits);
         let limits = crate::runs::envelope_limits(&limits, None);
-        let policy = crate::runs::sandbox_policy(&run_id, &paths, None, None, &config, limits, None);
+        let policy = crate::runs::sandbox_policy(&run_id, &paths, None, None, &config, limits, Default::default());
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy) });
         self.channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
         // Unregistered however this request ends, a client that goes away included.

@@ -9,6 +9,7 @@
 //! paths; since the envelope binds the directory, not the sockets, it sees the new ones.
 
 mod agent;
+pub mod forward;
 mod front;
 mod loopback;
 pub mod model;
@@ -54,6 +55,8 @@ pub const MAX_TUNNELS: usize = 256;
 pub const MAX_AGENT_CONNECTIONS: usize = 16;
 /// Connections one run may hold to its model door: an agent and its subagents.
 pub const MAX_MODEL_CONNECTIONS: usize = 64;
+/// Connections one run may hold through each of its host forwards.
+pub const MAX_FORWARD_CONNECTIONS: usize = 64;
 
 /// A GitHub repository a run may fetch from and push to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +85,8 @@ pub struct RunDoor {
     pub model_budget_tokens: u64,
     /// For an agent on the host: the model door's port on 127.0.0.1 too.
     pub model_loopback_port: Option<u16>,
+    /// Host loopback ports it may reach, each through `forward-PORT.sock`.
+    pub forwards: Vec<u16>,
 }
 
 impl RunDoor {
@@ -134,6 +139,8 @@ impl Sockets {
 struct Open {
     door: Arc<RunDoor>,
     sockets: Sockets,
+    /// Its host forwards' sockets.
+    forwards: Vec<PathBuf>,
     ledger: Arc<model::Ledger>,
     /// Dropped to close the doors and every connection through them.
     _stop: watch::Sender<()>,
@@ -188,12 +195,19 @@ impl Doors {
         );
         // A run without an envelope: its proxies on loopback ports too, bound before
         // anything is served so that a port taken by someone else fails the call.
-        let bind = |port| loopback::listen(port).map_err(|source| DoorError::PortTaken { port, source });
+        let listen = |port| loopback::listen(port).map_err(|source| DoorError::PortTaken { port, source });
         let loopback = match &door.egress.loopback {
-            Some(l) => Some((l.clone(), bind(l.http_port)?, bind(l.socks_port)?)),
+            Some(l) => Some((l.clone(), listen(l.http_port)?, listen(l.socks_port)?)),
             None => None,
         };
-        let model_listener = door.model_loopback_port.map(bind).transpose()?;
+        let model_listener = door.model_loopback_port.map(listen).transpose()?;
+        let mut forward_sockets = Vec::with_capacity(door.forwards.len());
+        let mut forward_listeners = Vec::with_capacity(door.forwards.len());
+        for port in &door.forwards {
+            let path = dir.join(forward::socket_name(*port));
+            forward_listeners.push((*port, bind(&dir, &path, door.uid)?));
+            forward_sockets.push(path);
+        }
         let (stop, stopped) = watch::channel(());
         let door = Arc::new(door);
         let ours = std::fs::metadata(&dir).map(|m| m.uid()).ok();
@@ -214,6 +228,14 @@ impl Doors {
             let limit: Limit<UnixStream> = (slots, Arc::new(drop));
             tokio::spawn(accept(agent, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
                 agent::serve(stream, door.clone(), shared.clone())
+            }));
+        }
+        for (port, listener) in forward_listeners {
+            let (door, shared) = (door.clone(), self.shared.clone());
+            let slots = Arc::new(Semaphore::new(MAX_FORWARD_CONNECTIONS));
+            let limit: Limit<UnixStream> = (slots, Arc::new(drop));
+            tokio::spawn(accept(listener, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                forward::serve(stream, door.clone(), port, shared.clone())
             }));
         }
         // The model door: its socket, and for a run without an envelope its loopback
@@ -285,14 +307,15 @@ impl Doors {
             }));
         }
         tracing::info!(run = %door.run_id, dir = %dir.display(), repositories = door.repositories.len(), network = door.egress.network, "serving the run's doors");
-        open.insert(door.run_id.clone(), Open { door, sockets: sockets.clone(), ledger, _stop: stop });
+        let forwards = forward_sockets;
+        open.insert(door.run_id.clone(), Open { door, sockets: sockets.clone(), forwards, ledger, _stop: stop });
         Ok(sockets)
     }
 
     /// Closes the run's sockets and every connection on them; its directory goes too.
     pub fn close(&self, run: &str) {
         if let Some(open) = self.lock().remove(run) {
-            for socket in open.sockets.all() {
+            for socket in open.sockets.all().into_iter().chain(&open.forwards) {
                 cc_proto::socket::remove_socket(socket);
             }
             tracing::info!(run, "closed the run's doors");

@@ -107,11 +107,23 @@ impl EgressRun {
     fn denied(&self, shared: &Shared, host: &str, port: u16, rule: &'static str, reason: &str) {
         tracing::info!(run = %self.run_id, host = %host.escape_debug(), port, rule, reason, "egress denied");
         let what = What::Denied { rule, reason: reason.to_owned() };
-        shared.reporter.report(Seen { run_id: self.run_id.clone(), host: host.to_owned(), port, what });
+        shared.reporter.report(Seen {
+            run_id: self.run_id.clone(),
+            host: host.to_owned(),
+            port,
+            what,
+            forwarded: false,
+        });
     }
 
     fn seen(&self, shared: &Shared, host: &Host, port: u16, what: What) {
-        shared.reporter.report(Seen { run_id: self.run_id.clone(), host: host_word(host), port, what });
+        shared.reporter.report(Seen {
+            run_id: self.run_id.clone(),
+            host: host_word(host),
+            port,
+            what,
+            forwarded: false,
+        });
     }
 
     /// A connection past the run's cap: refused and recorded.

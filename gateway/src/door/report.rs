@@ -37,6 +37,8 @@ pub struct Seen {
     pub host: String,
     pub port: u16,
     pub what: What,
+    /// Through one of the run's host forwards, not its proxies.
+    pub forwarded: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,18 +111,18 @@ async fn send(mut received: mpsc::Receiver<Seen>, peers: Arc<Peers>, dropped: Ar
 pub fn coalesce(seen: Vec<Seen>) -> Vec<sv::EgressRecord> {
     use sv::egress_record::Outcome;
     let mut out: Vec<sv::EgressRecord> = Vec::new();
-    let mut index: HashMap<(String, String, u16, Option<&'static str>), usize> = HashMap::new();
+    let mut index: HashMap<(String, String, u16, Option<&'static str>, bool), usize> = HashMap::new();
     let mut distinct_denials: HashMap<String, usize> = HashMap::new();
     for s in seen {
         let rule = match &s.what {
             What::Denied { rule, .. } => Some(*rule),
             _ => None,
         };
-        let mut key = (s.run_id, s.host, s.port, rule);
+        let mut key = (s.run_id, s.host, s.port, rule, s.forwarded);
         if rule.is_some() && !index.contains_key(&key) {
             let distinct = distinct_denials.entry(key.0.clone()).or_default();
             if *distinct >= DENIALS_PER_BATCH {
-                key = (key.0, OTHER_HOSTS.to_owned(), 0, rule);
+                key = (key.0, OTHER_HOSTS.to_owned(), 0, rule, key.4);
             } else {
                 *distinct += 1;
             }
@@ -141,6 +143,7 @@ pub fn coalesce(seen: Vec<Seen>) -> Vec<sv::EgressRecord> {
                 run_id: key.0.clone(),
                 host: key.1.clone(),
                 port: key.2.into(),
+                forwarded: key.4,
                 outcome: Some(outcome),
             });
             out.len() - 1
@@ -164,7 +167,7 @@ mod tests {
     use sv::egress_record::Outcome;
 
     fn seen(run: &str, host: &str, port: u16, what: What) -> Seen {
-        Seen { run_id: run.into(), host: host.into(), port, what }
+        Seen { run_id: run.into(), host: host.into(), port, what, forwarded: false }
     }
 
     #[test]

@@ -184,6 +184,24 @@ pub struct RunsConfig {
     /// The model tokens a workspace's runs may use together in a day (UTC); 0: no
     /// budget.
     pub workspace_model_budget_tokens_per_day: u64,
+    /// Host loopback ports bridged into every run of a workspace, by workspace name
+    /// (`ccctl run start --forward` adds a run's own).
+    pub forwards: BTreeMap<String, Vec<u16>>,
+}
+
+/// The ports of 127.0.0.1 inside an envelope that its own bridges hold (the proxies,
+/// the git door, the agent socket, the model door): no forward may take one.
+pub const BRIDGE_PORTS: [u16; 5] = [41080, 41081, 41418, 41419, 41420];
+
+/// Why `port` cannot be forwarded into a run, if it cannot.
+pub fn forward_refusal(port: u32) -> Option<String> {
+    match u16::try_from(port) {
+        Ok(0) | Err(_) => Some(format!("{port} is not a port")),
+        Ok(p) if BRIDGE_PORTS.contains(&p) => {
+            Some(format!("port {p} is one of the run's own bridges inside its envelope; forward another"))
+        }
+        Ok(_) => None,
+    }
 }
 
 /// The claude-code adapter (`[runs.claude_code]`).
@@ -230,6 +248,7 @@ impl Default for RunsConfig {
             github_api_url: "https://api.github.com".into(),
             model_budget_tokens: 0,
             workspace_model_budget_tokens_per_day: 0,
+            forwards: BTreeMap::new(),
         }
     }
 }
@@ -599,6 +618,11 @@ impl Config {
                 claude.model
             ));
         }
+        for (workspace, ports) in &runs.forwards {
+            if let Some(why) = ports.iter().find_map(|p| forward_refusal(u32::from(*p))) {
+                return Err(format!("[runs.forwards] {workspace}: {why}"));
+            }
+        }
         let url = &runs.github_api_url;
         if !(url.starts_with("https://") || url.starts_with("http://")) {
             return Err(format!("[runs] github_api_url {url:?} is not an http(s) URL"));
@@ -693,6 +717,8 @@ mod tests {
             ),
             ("[runs]\ngithub_api_url = \"\"\n", "github_api_url"),
             ("[runs.claude_code]\nmodel_key = true\n", "model_key"),
+            ("[runs.forwards]\ndefault = [41419]\n", "one of the run's own bridges"),
+            ("[runs.forwards]\ndefault = [0]\n", "0 is not a port"),
         ] {
             let Invalid(err) = Config::parse(text).unwrap_err();
             assert!(err.contains(needle), "{text:?} → {err}");

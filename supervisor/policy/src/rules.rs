@@ -62,6 +62,16 @@ pub struct DomainPattern {
 impl DomainPattern {
     fn new(text: &str) -> Result<Self, String> {
         let lower = text.to_ascii_lowercase();
+        // `localhost:5432`: one port of a name (a host forward); never with a wildcard.
+        let (lower, port) = match split_port(&lower) {
+            (name, Some(port)) if !name.contains('*') && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+                (name.to_owned(), Some(port.to_owned()))
+            }
+            (_, Some(_)) => {
+                return Err(format!("bad domain {text:?}: a port follows a host name, as in localhost:5432"));
+            }
+            (name, None) => (name.to_owned(), None),
+        };
         let name = lower.strip_prefix("*.").unwrap_or(&lower);
         let valid = lower == "*"
             || (!name.is_empty()
@@ -71,17 +81,38 @@ impl DomainPattern {
         if !valid {
             return Err(format!("bad domain {text:?}: write a host name, *.name for the names under it, or *"));
         }
-        Ok(DomainPattern { text: lower })
+        let text = match port {
+            Some(port) => format!("{lower}:{port}"),
+            None => lower,
+        };
+        Ok(DomainPattern { text })
     }
 
+    /// A pattern with a port matches that name and port only; one without matches the
+    /// name at any port (`localhost` allows every forward).
     pub fn matches(&self, host: &str) -> bool {
         let host = host.to_ascii_lowercase();
+        if split_port(&self.text).1.is_some() {
+            return host == self.text;
+        }
+        let host = split_port(&host).0;
         let host = host.trim_end_matches('.');
         match self.text.strip_prefix("*.") {
             _ if self.text == "*" => true,
             Some(parent) => host.strip_suffix(parent).is_some_and(|head| head.ends_with('.') && head.len() > 1),
             None => host == self.text,
         }
+    }
+}
+
+/// `name:port` split at its one colon; an IPv6 address (several) is all name.
+fn split_port(text: &str) -> (&str, Option<&str>) {
+    match text.split_once(':') {
+        Some((name, port)) if !port.contains(':') && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            (name, Some(port))
+        }
+        Some((_, port)) if !port.contains(':') => (text, Some("")),
+        _ => (text, None),
     }
 }
 
@@ -300,9 +331,34 @@ mod tests {
         let exact = DomainPattern::new("example.com").unwrap();
         assert!(exact.matches("example.com") && !exact.matches("a.example.com"));
         assert!(DomainPattern::new("*").unwrap().matches("anything"));
-        for bad in ["", "*.", "a..b", "ex*ample.com", "*.*.com", "http://x"] {
+        for bad in [
+            "",
+            "*.",
+            "a..b",
+            "ex*ample.com",
+            "*.*.com",
+            "http://x",
+            "localhost:",
+            "localhost:0",
+            "*.x.com:443",
+            "x:99999",
+        ] {
             assert!(DomainPattern::new(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_port_narrows_a_domain_to_one_forward() {
+        let one = DomainPattern::new("LocalHost:5432").unwrap();
+        assert!(one.matches("localhost:5432"));
+        assert!(!one.matches("localhost:5433") && !one.matches("localhost") && !one.matches("localhost:54320"));
+        let any = DomainPattern::new("localhost").unwrap();
+        assert!(any.matches("localhost") && any.matches("localhost:5432"));
+        assert!(!any.matches("localhost.evil.test:5432"));
+        // An IPv6 address is all name, never a name and a port.
+        let v6 = DomainPattern::new("example.com").unwrap();
+        assert!(!v6.matches("2001:db8::1"));
+        assert!(DomainPattern::new("*").unwrap().matches("localhost:22"));
     }
 
     #[test]

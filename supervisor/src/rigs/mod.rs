@@ -141,6 +141,7 @@ impl RigManager {
                 network,
                 limits: None,
                 model_budget_tokens: 0,
+                forwards: vec![],
             })
             .await?;
         // 0: no limit configured.

@@ -90,6 +90,7 @@ fn register_request(run: &LiveRun, used: u64) -> gw::RegisterRunRequest {
         model_tokens_used: used,
         model_refusal: run.model_refusal().unwrap_or_default(),
         model_loopback_port: run.model_loopback_port.into(),
+        forwards: run.forwards.iter().map(|p| u32::from(*p)).collect(),
     }
 }
 

@@ -12,8 +12,8 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::{
-    LiveRun, OwnedCgroup, RunError, RunManager, RunRecord, RunState, RunnerSlot, StartRequest, StopRequest, acp,
-    answer, claude_code, credentials, egress, envelope_limits, git_gateway, limits, models, now, prompt, runner,
+    HostReach, LiveRun, OwnedCgroup, RunError, RunManager, RunRecord, RunState, RunnerSlot, StartRequest, StopRequest,
+    acp, answer, claude_code, credentials, egress, envelope_limits, git_gateway, limits, models, now, prompt, runner,
     runner_socket, sandbox_policy, stop_reason,
 };
 use crate::conversations::RunPaths;
@@ -67,6 +67,7 @@ impl RunManager {
         .await
         .map_err(|e| RunError::Internal(e.to_string()))??;
         let roots = runner_roots(&paths)?;
+        let forwards = self.decide_forwards(&request.forwards, &record.workspace, request.mode, self.env.enveloped)?;
         // The run's model providers, as its door will serve them; and where that door
         // is from inside (the envelope's bridge, or without one a host loopback port).
         let models = models::gateway_models(&self.env.models, self.env.data.root()).map_err(RunError::Precondition)?;
@@ -155,7 +156,7 @@ impl RunManager {
             Some(&gateway_socket),
             &self.config(),
             envelope_limits,
-            loopback.as_ref().map(|l| (l, model_loopback_port)),
+            HostReach { loopback: loopback.as_ref().map(|l| (l, model_loopback_port)), forwards: &forwards },
         );
         let register = sandboxd.register_run(sb::RegisterRunRequest { policy: Some(policy.clone()) });
         channels.within(HelperKind::Sandboxd, "RegisterRun", register).await?;
@@ -210,6 +211,7 @@ impl RunManager {
             models,
             model_budget_tokens,
             model_loopback_port,
+            forwards: forwards.clone(),
             model_refusal: Mutex::default(),
         });
         self.lock().insert(run_id.clone(), live.clone());
@@ -230,6 +232,7 @@ impl RunManager {
                     "none: the agent runs on the host, unconfined, with the host's environment"
                 } else if self.env.enveloped { "native" } else { "none" },
                 "network": request.network,
+                "forwards": forwards,
                 "limits": self.env.enforcement.describe(),
             }),
         );

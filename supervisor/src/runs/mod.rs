@@ -33,6 +33,7 @@ pub mod claude_code;
 mod credentials;
 pub mod egress;
 pub mod error;
+pub mod forwards;
 pub mod git_gateway;
 mod gitconfig;
 pub mod hook;
@@ -94,6 +95,8 @@ pub struct StartRequest {
     pub limits: Option<cc_proto::supervisor::v1::RunLimits>,
     /// Its model token budget; 0: `[runs] model_budget_tokens`.
     pub model_budget_tokens: u64,
+    /// Host loopback ports asked for (`--forward`), on top of its workspace's.
+    pub forwards: Vec<u32>,
 }
 
 /// The run's runner as calls see it. It starts in the background once the run is
@@ -156,6 +159,8 @@ pub struct LiveRun {
     pub model_budget_tokens: u64,
     /// Its model door's port on the host's loopback, for an agent on the host; 0: none.
     pub model_loopback_port: u16,
+    /// Host loopback ports bridged into its envelopes at the same port.
+    pub forwards: Vec<u16>,
     /// Set once it may make no more model requests: the door is told again with it
     /// after a gateway restart.
     model_refusal: Mutex<Option<String>>,
@@ -341,14 +346,24 @@ fn now() -> i64 {
     unix_ms(SystemTime::now())
 }
 
+/// What of the host a run's envelopes reach besides their bridges to the gateway.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostReach<'a> {
+    /// For a run without an envelope: its proxies' loopback ports and credential, and
+    /// its model door's port.
+    pub loopback: Option<(&'a cc_proto::gateway::v1::LoopbackProxies, u16)>,
+    /// Host loopback ports bridged in at the same port.
+    pub forwards: &'a [u16],
+}
+
 /// The policy sandboxd builds every envelope of the run from.
 /// `runner_socket_dir`: where the run's runner listens (it must exist), for the
 /// runner's envelope; `None` when no runner is started (explain). `git_gateway`: the
 /// run's gateway socket, bridged with the run's git config pointing at it (its
 /// directory must exist; the socket may come later). `config.path`: what sandboxd adds
-/// to PATH after the system's program directories. `loopback`: for a run without an
-/// envelope, the ports and credential its proxy variables name instead of the bridges,
-/// and its model door's port.
+/// to PATH after the system's program directories. `reach`: for a run without an
+/// envelope, the ports and credential its proxy variables name instead of the bridges;
+/// and the host loopback ports bridged in.
 pub fn sandbox_policy(
     run_id: &str,
     paths: &RunPaths,
@@ -356,8 +371,9 @@ pub fn sandbox_policy(
     git_gateway: Option<&Path>,
     config: &RunsConfig,
     limits: sb::EnvelopeLimits,
-    loopback: Option<(&cc_proto::gateway::v1::LoopbackProxies, u16)>,
+    reach: HostReach<'_>,
 ) -> sb::RunPolicy {
+    let HostReach { loopback, forwards } = reach;
     let mut env = std::collections::HashMap::new();
     if !config.path.is_empty() {
         let joined: Vec<String> = config.path.iter().map(|p| p.to_string_lossy().into_owned()).collect();
@@ -381,6 +397,11 @@ pub fn sandbox_policy(
                 (models::MODEL_PORT, models::MODEL_SOCKET),
             ] {
                 bridges.push(sb::Bridge { port: port.into(), socket: path_bytes(&dir.join(name)) });
+            }
+            // Each host forward at its own port, beside them.
+            for port in forwards {
+                let socket = dir.join(format!("forward-{port}.sock"));
+                bridges.push(sb::Bridge { port: (*port).into(), socket: path_bytes(&socket) });
             }
         }
     }

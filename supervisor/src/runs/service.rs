@@ -30,6 +30,7 @@ impl RunsService {
         let runner_pid = live.as_ref().map_or(0, |l| l.runner_pid());
         let git_gateway_bridged = live.as_ref().is_some_and(|l| l.gateway_bridged());
         let agent_command = live.as_ref().map(|l| l.agent_command.clone()).unwrap_or_default();
+        let forwards = live.as_ref().map(|l| l.forwards.iter().map(|p| u32::from(*p)).collect()).unwrap_or_default();
         let resources = live.map(|l| {
             let usage = l.cgroup().map(|c| c.usage()).unwrap_or_default();
             pb::RunResources {
@@ -64,6 +65,7 @@ impl RunsService {
             agent_command,
             model_usage: vec![],
             model_budget_tokens: 0,
+            forwards,
         }
     }
 }
@@ -96,6 +98,7 @@ impl Runs for RunsService {
             network: r.network,
             limits: r.limits,
             model_budget_tokens: r.model_budget_tokens,
+            forwards: r.forwards,
         };
         let live = self.manager.start(request).await?;
         Ok(Response::new(pb::StartRunResponse { run: Some(self.to_proto(live.current())) }))

@@ -31,6 +31,7 @@ impl RunManager {
         let mut known = std::collections::HashMap::new();
         let mut batch = Vec::with_capacity(records.len());
         let mut refusals = Vec::new();
+        let mut forwarded = Vec::new();
         for record in records {
             let exists = match known.get(&record.run_id) {
                 Some(exists) => *exists,
@@ -52,11 +53,28 @@ impl RunManager {
                         "run_id": record.run_id,
                         "host": host,
                         "port": port,
+                        "forwarded": record.forwarded,
                         "rule": printable(&denied.rule, 64),
                         "reason": printable(&denied.reason, REASON_CHARS),
                         "count": count,
                     }));
                     Traffic { denied: count.into(), ..Traffic::default() }
+                }
+                Some(pb::egress_record::Outcome::Carried(carried)) if record.forwarded => {
+                    // A forward's connections go in the audit trail, a batch's in one event.
+                    forwarded.push(json!({
+                        "run_id": record.run_id,
+                        "port": port,
+                        "connections": carried.connections,
+                        "bytes_sent": carried.bytes_sent,
+                        "bytes_received": carried.bytes_received,
+                    }));
+                    Traffic {
+                        connections: carried.connections.into(),
+                        bytes_sent: carried.bytes_sent,
+                        bytes_received: carried.bytes_received,
+                        ..Traffic::default()
+                    }
                 }
                 Some(pb::egress_record::Outcome::Carried(carried)) => Traffic {
                     connections: carried.connections.into(),
@@ -69,6 +87,10 @@ impl RunManager {
             batch.push((record.run_id, host, port, add));
         }
         store.add_egress_traffic(&batch)?;
+        for payload in forwarded {
+            let subject = format!("run:{}", payload["run_id"].as_str().unwrap_or_default());
+            self.env.events.record("forward_connection", &subject, payload);
+        }
         for payload in refusals {
             let run = payload["run_id"].as_str().unwrap_or_default().to_owned();
             let recorded = {

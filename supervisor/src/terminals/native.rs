@@ -49,6 +49,7 @@ pub async fn start(manager: &Arc<RunManager>, spec: Spec, inputs: Inputs) -> Res
             network: spec.network,
             limits: None,
             model_budget_tokens: 0,
+            forwards: vec![],
         })
         .await?;
     let launch = sb::LaunchRequest {

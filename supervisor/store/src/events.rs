@@ -66,6 +66,7 @@ pub const AUDITED: &[&str] = &[
     "product_tool",
     "model_usage",
     "model_budget_reached",
+    "forward_connection",
     "supervisor_started",
     "supervisor_stopped",
 ];

@@ -213,6 +213,15 @@ pub async fn diagnose(mut client: Client, run: Option<String>, json: bool) -> an
             verify: verify(run_id, git_command),
         });
 
+        if !r.forwards.is_empty() {
+            let ports: Vec<String> = r.forwards.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+            checks.push(Check {
+                ok: true,
+                what: "host forwards: these host ports, and no other, are reachable inside".into(),
+                found: format!("{} (each the same port on the host)", ports.join(", ")),
+                verify: format!("ccctl run show {run_id}; ccctl run events {run_id} | grep forward_connection"),
+            });
+        }
         checks.push(Check {
             ok: true,
             what: format!("the layers that reach adapter {}", super::words::adapter_name(r.adapter)),

@@ -212,6 +212,7 @@ async fn main_job(
         network: args.network.unwrap_or(if adapter.has_agent() { Network::On } else { Network::Off }) == Network::On,
         limits: args.limits.to_proto(),
         model_budget_tokens: 0,
+        forwards: vec![],
     };
     let run = runs_client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
     made.run = Some(run.run_id.clone());

@@ -63,6 +63,11 @@ pub enum RunAction {
         /// model door; 0: `[runs] model_budget_tokens`
         #[arg(long, default_value_t = 0)]
         model_budget_tokens: u64,
+        /// A host loopback port (a database on this machine) to bridge into the run's
+        /// envelopes at the same port; a rule must allow access_network to
+        /// localhost:PORT. Repeatable
+        #[arg(long = "forward", value_name = "PORT")]
+        forwards: Vec<u32>,
     },
     /// List runs, newest first
     List {
@@ -214,6 +219,7 @@ fn run_json(r: &pb::Run) -> serde_json::Value {
             "bytes_sent": t.bytes_sent, "bytes_received": t.bytes_received, "denied": t.denied,
         })).collect::<Vec<_>>(),
         "model": super::models::usage_json(r),
+        "forwards": r.forwards,
     })
 }
 
@@ -267,6 +273,9 @@ fn print_run(r: &pb::Run) {
     }
     if let Some(resources) = &r.resources {
         println!("  {}", super::limits::resources_line(resources));
+        for port in &r.forwards {
+            println!("  forward: 127.0.0.1:{port} in its envelopes is 127.0.0.1:{port} on the host");
+        }
         if r.git_gateway_bridged {
             println!("  git gateway: bridged as 127.0.0.1:{} (GitHub remotes go through it)", r.git_gateway_port);
         } else {
@@ -286,6 +295,7 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
             network,
             limits,
             model_budget_tokens,
+            forwards,
         } => {
             let request = pb::StartRunRequest {
                 conversation_id: conversation,
@@ -296,6 +306,7 @@ pub async fn run(mut client: Runs, action: RunAction, json: bool) -> anyhow::Res
                 network: network == Network::On,
                 limits: limits.to_proto(),
                 model_budget_tokens,
+                forwards,
             };
             let run = client.start_run(request).await.map_err(rpc_error)?.into_inner().run.unwrap_or_default();
             if json {
