@@ -49,15 +49,18 @@ impl RunManager {
             let add = match record.outcome {
                 Some(pb::egress_record::Outcome::Denied(denied)) => {
                     let count = denied.count.max(1);
-                    refusals.push(json!({
+                    let mut refusal = json!({
                         "run_id": record.run_id,
                         "host": host,
                         "port": port,
-                        "forwarded": record.forwarded,
                         "rule": printable(&denied.rule, 64),
                         "reason": printable(&denied.reason, REASON_CHARS),
                         "count": count,
-                    }));
+                    });
+                    if record.forwarded {
+                        refusal["forwarded"] = json!(true);
+                    }
+                    refusals.push(refusal);
                     Traffic { denied: count.into(), ..Traffic::default() }
                 }
                 Some(pb::egress_record::Outcome::Carried(carried)) if record.forwarded => {
