@@ -23,13 +23,18 @@ fn total(u: &pb::ModelUsage) -> u64 {
         .saturating_add(u.cache_read_input_tokens)
 }
 
-/// One line for the budget, then one per model.
+/// One line for the budget, then one per model; nothing for a run that has neither
+/// (a harness run, or one whose agent has made no request).
 pub fn print_usage(r: &pb::Run) {
+    if r.model_usage.is_empty() && r.model_budget_tokens == 0 {
+        return;
+    }
     let used = r.model_usage.iter().fold(0u64, |sum, u| sum.saturating_add(total(u)));
     let budget = match r.model_budget_tokens {
         0 => "no budget".to_owned(),
         b => format!("budget {b}"),
     };
+    // (A run with no request has a budget here.)
     if r.model_usage.is_empty() {
         println!("model: no request yet ({budget})");
         return;
