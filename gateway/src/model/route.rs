@@ -88,7 +88,9 @@ pub fn route<'a>(
             }
     });
     if !known {
-        return Err(RouteError::NotAModelCall { method: method.chars().take(16).collect(), path: call_path.into() });
+        // Shown in a one-line refusal: nothing of the method but what a method may hold.
+        let method = method.chars().filter(char::is_ascii_graphic).take(16).collect();
+        return Err(RouteError::NotAModelCall { method, path: call_path.into() });
     }
     Ok((ModelCall { provider, path: call_path, query }, api))
 }
@@ -144,8 +146,11 @@ mod tests {
             ("POST", "/local/v1/messages"),
             ("POST", "/local/chat/completionsX"),
             ("POST", "/anthropic/v1/messagesX"),
+            ("PO\nST", "/anthropic/v1/messages"),
         ] {
-            assert!(matches!(route(method, target, apis), Err(RouteError::NotAModelCall { .. })), "{method} {target}");
+            let refused = route(method, target, apis).unwrap_err();
+            assert!(matches!(refused, RouteError::NotAModelCall { .. }), "{method} {target}");
+            assert!(!refused.to_string().contains('\n'), "{refused}");
         }
     }
 }
