@@ -82,8 +82,10 @@ use cc_proto::helper::HelperKind;
 
 pub mod limits;
 pub mod models;
+mod runs;
 
 pub use models::{ModelApi, ModelProvider, ModelsConfig};
+pub use runs::{BRIDGE_PORTS, ClaudeCodeConfig, LimitsConfig, RunsConfig, forward_refusal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -159,124 +161,6 @@ impl schemars::JsonSchema for CredentialsTable {
 impl CredentialsTable {
     pub fn to_toml(&self) -> String {
         toml::to_string(&self.0).unwrap_or_default()
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct RunsConfig {
-    pub bash_timeout_seconds: u32,
-    pub bash_max_timeout_seconds: u32,
-    pub bash_output_cap_bytes: u64,
-    /// Directories added to PATH inside envelopes, after the system's program
-    /// directories (the host's PATH never passes).
-    pub path: Vec<PathBuf>,
-    pub limits: LimitsConfig,
-    pub claude_code: ClaudeCodeConfig,
-    /// GitHub's REST API, where the product's MCP tools open pull requests and write
-    /// issues (a stand-in in tests).
-    pub github_api_url: String,
-    /// The model tokens (input, output and cache, every model) a run may use through
-    /// its model door; 0: no budget. `ccctl run start --model-budget-tokens` sets a
-    /// run's own.
-    pub model_budget_tokens: u64,
-    /// The model tokens a workspace's runs may use together in a day (UTC); 0: no
-    /// budget.
-    pub workspace_model_budget_tokens_per_day: u64,
-    /// Host loopback ports bridged into every run of a workspace, by workspace name
-    /// (`ccctl run start --forward` adds a run's own).
-    pub forwards: BTreeMap<String, Vec<u16>>,
-}
-
-/// The ports of 127.0.0.1 inside an envelope that its own bridges hold (the proxies,
-/// the git door, the agent socket, the model door): no forward may take one.
-pub const BRIDGE_PORTS: [u16; 5] = [41080, 41081, 41418, 41419, 41420];
-
-/// Why `port` cannot be forwarded into a run, if it cannot.
-pub fn forward_refusal(port: u32) -> Option<String> {
-    match u16::try_from(port) {
-        Ok(0) | Err(_) => Some(format!("{port} is not a port")),
-        Ok(p) if BRIDGE_PORTS.contains(&p) => {
-            Some(format!("port {p} is one of the run's own bridges inside its envelope; forward another"))
-        }
-        Ok(_) => None,
-    }
-}
-
-/// The claude-code adapter (`[runs.claude_code]`).
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct ClaudeCodeConfig {
-    /// The `claude` CLI, as the envelope finds it: a name on the envelope's PATH or an
-    /// absolute path (which must be visible inside: under a system directory).
-    pub program: String,
-    /// The provider (`[models.NAME]`, of api "anthropic") the CLI's requests go to,
-    /// through the run's model door.
-    pub model: String,
-    /// Gone: the provider's table says where the model is. Kept to say so.
-    #[cfg_attr(feature = "config-schema", schemars(skip))]
-    pub base_url: Option<String>,
-    /// A prompt that names no timeout gets this.
-    pub prompt_timeout_seconds: u32,
-    /// A prompt may ask for at most this.
-    pub prompt_max_timeout_seconds: u32,
-}
-
-impl Default for ClaudeCodeConfig {
-    fn default() -> Self {
-        Self {
-            program: "claude".into(),
-            model: "anthropic".into(),
-            base_url: None,
-            prompt_timeout_seconds: 1800,
-            prompt_max_timeout_seconds: 4 * 3600,
-        }
-    }
-}
-
-impl Default for RunsConfig {
-    fn default() -> Self {
-        Self {
-            bash_timeout_seconds: 120,
-            bash_max_timeout_seconds: 3600,
-            bash_output_cap_bytes: 1 << 20,
-            path: vec![],
-            limits: LimitsConfig::default(),
-            claude_code: ClaudeCodeConfig::default(),
-            github_api_url: "https://api.github.com".into(),
-            model_budget_tokens: 0,
-            workspace_model_budget_tokens_per_day: 0,
-            forwards: BTreeMap::new(),
-        }
-    }
-}
-
-/// Every run's limits unless its start overrides them. The defaults leave a 2-core,
-/// 8 GiB laptop standing with a few runs at their limits at once.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct LimitsConfig {
-    pub pids_max: u64,
-    pub memory_max_mb: u64,
-    pub cpu_weight: u32,
-    pub cpu_max_percent: u32,
-    pub tmp_size_mb: u64,
-    pub open_files_max: u64,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        Self {
-            pids_max: 1024,
-            memory_max_mb: 2048,
-            cpu_weight: 100,
-            cpu_max_percent: 0,
-            tmp_size_mb: 512,
-            open_files_max: 4096,
-        }
     }
 }
 
@@ -585,27 +469,8 @@ impl Config {
                 config.gateway.github_url
             ));
         }
-        let runs = &config.runs;
-        if runs.bash_timeout_seconds == 0 || runs.bash_max_timeout_seconds < runs.bash_timeout_seconds {
-            return Err("[runs]: need 0 < bash_timeout_seconds <= bash_max_timeout_seconds".into());
-        }
-        if let Some(bad) = runs.path.iter().find(|p| !p.is_absolute() || p.to_str().is_none_or(|s| s.contains(':'))) {
-            return Err(format!("[runs]: path entry {:?} must be an absolute UTF-8 path without ':'", bad.display()));
-        }
-        limits::check(&limits::RunLimits::from_config(&runs.limits)).map_err(|e| format!("[runs.limits]: {e}"))?;
-        if runs.bash_output_cap_bytes == 0 {
-            return Err("[runs]: bash_output_cap_bytes must be positive".into());
-        }
-        let claude = &runs.claude_code;
-        if claude.program.is_empty() || claude.program.contains('\0') {
-            return Err("[runs.claude_code]: program must name the claude CLI".into());
-        }
-        if claude.prompt_timeout_seconds == 0 || claude.prompt_max_timeout_seconds < claude.prompt_timeout_seconds {
-            return Err("[runs.claude_code]: need 0 < prompt_timeout_seconds <= prompt_max_timeout_seconds".into());
-        }
-        if claude.base_url.is_some() {
-            return Err(MOVED_TO_MODELS.replace("{key}", "[runs.claude_code] base_url"));
-        }
+        config.runs.check()?;
+        let claude = &config.runs.claude_code;
         if config.credentials.as_ref().is_some_and(|c| c.0.contains_key("model")) {
             return Err(MOVED_TO_MODELS.replace("{key}", "[credentials.model]"));
         }
@@ -618,15 +483,6 @@ impl Config {
                 claude.model
             ));
         }
-        for (workspace, ports) in &runs.forwards {
-            if let Some(why) = ports.iter().find_map(|p| forward_refusal(u32::from(*p))) {
-                return Err(format!("[runs.forwards] {workspace}: {why}"));
-            }
-        }
-        let url = &runs.github_api_url;
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(format!("[runs] github_api_url {url:?} is not an http(s) URL"));
-        }
         if r.healthy_after_ms <= r.ready_timeout_ms {
             return Err("[restart]: healthy_after_ms must be longer than ready_timeout_ms, or no helper would ever be reported failed".into());
         }
@@ -635,7 +491,7 @@ impl Config {
 }
 
 /// What an older configuration is told about the keys the model door replaced.
-const MOVED_TO_MODELS: &str = "{key} is gone: a model provider is one table now, [models.NAME] with api, base_url and \
+pub(crate) const MOVED_TO_MODELS: &str = "{key} is gone: a model provider is one table now, [models.NAME] with api, base_url and \
      key_file (docs/guides/agents.md)";
 
 /// Reads a file that decides what we run or allow: it must be ours or root's and
