@@ -2,6 +2,7 @@
 //! backend: what every run test starts from, and the ccctl calls they make.
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -46,6 +47,33 @@ pub fn fixture_with(options: Options) -> Fixture {
 }
 
 impl Fixture {
+    /// The agent's work directory, where its envelope finds programs put there.
+    pub fn agent_work(&self) -> PathBuf {
+        self.sup.data_dir.join(format!("conversations/{}/agents/default/work", self.conversation))
+    }
+
+    /// An acp run whose agent is the stand-in (tests/src/bin/acp-standin.rs), copied
+    /// into the agent's work directory (inside its envelope; the build directory is
+    /// not): the run's id.
+    pub fn start_acp_standin(&self) -> String {
+        let agent = self.agent_work().join("acp-standin");
+        let command = format!("'{}' --quiet", agent.display());
+        let out = self.sup.ccctl(&[
+            "run",
+            "start",
+            "--conversation",
+            &self.conversation,
+            "--adapter",
+            "acp",
+            "--agent-command",
+            &command,
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::copy(bin("acp-standin"), &agent).unwrap();
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     pub fn start_run(&self, mode: &str) -> String {
         let out = self.sup.ccctl(&["run", "start", "--conversation", &self.conversation, "--mode", mode]);
         assert!(out.status.success(), "{}", text(&out).1);

@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, ChildStdout, Output, Stdio};
 use std::time::Duration;
 
+use cc_tests::eventually;
 use cc_tests::runs::{Fixture, fixture};
-use cc_tests::{bin, eventually};
 use nix::sys::signal::Signal;
 
 const DENY_MAIN: &str = "[[rule]]\neffect = \"push_remote\"\nbranch = \"main\"\ndecision = \"deny\"\nreason = \"direct pushes to main are not allowed\"\n";
@@ -37,22 +37,7 @@ fn world_with_rules(text: &str) -> World {
     std::fs::set_permissions(rules.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let f = fixture(Some(&format!("[gate]\nrules = \"{}\"\n", path.display())));
-    let work = f.sup.data_dir.join(format!("conversations/{}/agents/default/work", f.conversation));
-    let agent = work.join("acp-standin");
-    let out = f.sup.ccctl(&[
-        "run",
-        "start",
-        "--conversation",
-        &f.conversation,
-        "--adapter",
-        "acp",
-        "--agent-command",
-        &format!("'{}' --quiet", agent.display()),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let run = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    std::fs::copy(bin("acp-standin"), &agent).unwrap();
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (run, work) = (f.start_acp_standin(), f.agent_work());
     World { f, run, work, _rules: rules }
 }
 

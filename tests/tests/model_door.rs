@@ -269,23 +269,7 @@ fn an_acp_agent_reaches_its_model_through_the_door_and_holds_only_the_placeholde
         key.display()
     );
     let f = fixture(Some(&config));
-    let work = f.sup.data_dir.join(format!("conversations/{}/agents/default/work", f.conversation));
-    let agent = work.join("acp-standin");
-    let command = format!("'{}' --quiet", agent.display());
-    let out = f.sup.ccctl(&[
-        "run",
-        "start",
-        "--conversation",
-        &f.conversation,
-        "--adapter",
-        "acp",
-        "--agent-command",
-        &command,
-    ]);
-    assert!(out.status.success(), "{}", stdout(&out));
-    let run = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    std::fs::copy(bin("acp-standin"), &agent).unwrap();
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = f.start_acp_standin();
     let (front, back) = REAL_KEY.split_at(6);
     let script = format!(
         "getenv ANTHROPIC_BASE_URL\ngetenv ANTHROPIC_API_KEY\nmodel-call\n\
