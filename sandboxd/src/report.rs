@@ -77,11 +77,12 @@ impl Report {
             let _ = tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await;
         }
         let stderr_pipe = if native { Pipe::EnvelopeStderr } else { Pipe::Stderr };
-        let stdout = match terminal {
-            Some(terminal) => Some(tokio::spawn(forward(terminal, tx.clone(), Pipe::Stdout, TERMINAL_CHUNK))),
-            None => child.stdout.take().map(|out| tokio::spawn(forward(out, tx.clone(), Pipe::Stdout, PIPE_CHUNK))),
+        let stdout: Option<(Box<dyn AsyncRead + Unpin + Send>, usize)> = match terminal {
+            Some(terminal) => Some((Box::new(terminal), TERMINAL_CHUNK)),
+            None => child.stdout.take().map(|out| (Box::new(out) as Box<dyn AsyncRead + Unpin + Send>, PIPE_CHUNK)),
         };
-        let stderr = child.stderr.take().map(|err| tokio::spawn(forward(err, tx.clone(), stderr_pipe, PIPE_CHUNK)));
+        let stderr = child.stderr.take();
+        let output = tokio::spawn(forward(stdout, stderr, stderr_pipe, tx.clone()));
         let limit = self.timeout_seconds;
         let timeout = async {
             if limit == 0 {
@@ -109,9 +110,7 @@ impl Report {
         if !native {
             kill_group(group);
         }
-        for reader in [stdout, stderr].into_iter().flatten() {
-            let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
-        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), output).await;
         let run_id = self.run_id;
         runs.remove(&run_id, group);
         if let Some(denials) = denials {
@@ -147,46 +146,158 @@ enum Pipe {
     EnvelopeStderr,
 }
 
-/// Forwards a pipe as chunks, and an envelope's stderr lines as violations too.
-async fn forward(mut pipe: impl AsyncRead + Unpin, tx: Sender, which: Pipe, chunk: usize) {
-    let mut buffer = vec![0u8; chunk];
-    let mut partial: Vec<u8> = Vec::new();
-    let mut dedup = Deduplicator::new(MAX_VIOLATIONS);
-    let scan = which == Pipe::EnvelopeStderr;
-    // Reports the line's violation, if it is one not yet reported; false once the
-    // client is gone.
-    let report = async |line: &[u8], dedup: &mut Deduplicator| match scan_line(&String::from_utf8_lossy(line)) {
-        Some(v) if dedup.admit(&v) => {
-            tx.send(Ok(pb::LaunchResponse { event: Some(Event::Violation(v)) })).await.is_ok()
-        }
-        _ => true,
+/// Forwards a launch's stdout and stderr as chunks, in one task, stdout read first
+/// whenever both have output: a command that writes a line to stdout and then one to
+/// stderr is reported in that order, as a terminal would show it (two tasks raced,
+/// and on a loaded machine the stderr line could overtake). An envelope's stderr
+/// lines are scanned for violations too.
+async fn forward(
+    stdout: Option<(impl AsyncRead + Unpin, usize)>,
+    stderr: Option<impl AsyncRead + Unpin>,
+    stderr_pipe: Pipe,
+    tx: Sender,
+) {
+    let (mut out, out_chunk) = match stdout {
+        Some((reader, chunk)) => (Some(reader), chunk),
+        None => (None, PIPE_CHUNK),
     };
+    let mut err = stderr;
+    let mut out_side = Side::new(Pipe::Stdout, out_chunk);
+    let mut err_side = Side::new(stderr_pipe, PIPE_CHUNK);
     loop {
-        let n = match pipe.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let (side, read) = tokio::select! {
+            biased;
+            read = read_some(&mut out, &mut out_side.buffer), if out.is_some() => (&mut out_side, read),
+            read = read_some(&mut err, &mut err_side.buffer), if err.is_some() => (&mut err_side, read),
+            else => break,
         };
-        let chunk = buffer[..n].to_vec();
-        let event = if which == Pipe::Stdout { Event::Stdout(chunk.clone()) } else { Event::Stderr(chunk.clone()) };
-        if tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await.is_err() {
+        let open = match read {
+            Some(n) => side.pass(n, &tx).await,
+            None => {
+                side.finish(&tx).await;
+                if side.which == Pipe::Stdout {
+                    out = None
+                } else {
+                    err = None
+                }
+                continue;
+            }
+        };
+        if !open {
             return;
         }
-        if scan {
-            partial.extend_from_slice(&chunk);
-            while let Some(end) = partial.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = partial.drain(..=end).collect();
-                if !report(&line, &mut dedup).await {
-                    return;
-                }
-            }
-            // A line over 64 KiB is scanned as it stands rather than hoarded.
-            if partial.len() > 64 * 1024 && !report(&std::mem::take(&mut partial), &mut dedup).await {
-                return;
+    }
+}
+
+/// Reads what `pipe` has; None at its end (or on an error, which ends it too).
+async fn read_some(pipe: &mut Option<impl AsyncRead + Unpin>, buffer: &mut [u8]) -> Option<usize> {
+    let pipe = pipe.as_mut()?;
+    match pipe.read(buffer).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+/// One pipe's forwarding state: its buffer and, for an envelope's stderr, the line
+/// being scanned and the violations already reported.
+struct Side {
+    which: Pipe,
+    buffer: Vec<u8>,
+    partial: Vec<u8>,
+    dedup: Deduplicator,
+}
+
+impl Side {
+    fn new(which: Pipe, chunk: usize) -> Self {
+        Self { which, buffer: vec![0u8; chunk], partial: Vec::new(), dedup: Deduplicator::new(MAX_VIOLATIONS) }
+    }
+
+    /// Sends the `n` bytes just read; false once the client is gone.
+    async fn pass(&mut self, n: usize, tx: &Sender) -> bool {
+        let chunk = self.buffer[..n].to_vec();
+        if self.which == Pipe::EnvelopeStderr {
+            self.partial.extend_from_slice(&chunk);
+        }
+        let event = if self.which == Pipe::Stdout { Event::Stdout(chunk) } else { Event::Stderr(chunk) };
+        if tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await.is_err() {
+            return false;
+        }
+        if self.which != Pipe::EnvelopeStderr {
+            return true;
+        }
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            if !self.report(&line, tx).await {
+                return false;
             }
         }
+        // A line over 64 KiB is scanned as it stands rather than hoarded.
+        if self.partial.len() > 64 * 1024 {
+            let line = std::mem::take(&mut self.partial);
+            return self.report(&line, tx).await;
+        }
+        true
     }
-    // The last line, when it has no newline.
-    if scan && !partial.is_empty() {
-        report(&partial, &mut dedup).await;
+
+    /// Scans the last line, when it has no newline.
+    async fn finish(&mut self, tx: &Sender) {
+        if self.which == Pipe::EnvelopeStderr && !self.partial.is_empty() {
+            let line = std::mem::take(&mut self.partial);
+            self.report(&line, tx).await;
+        }
+    }
+
+    /// Reports the line's violation, if it is one not yet reported; false once the
+    /// client is gone.
+    async fn report(&mut self, line: &[u8], tx: &Sender) -> bool {
+        match scan_line(&String::from_utf8_lossy(line)) {
+            Some(v) if self.dedup.admit(&v) => {
+                tx.send(Ok(pb::LaunchResponse { event: Some(Event::Violation(v)) })).await.is_ok()
+            }
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `forward` sends for a command's stdout and stderr, both already written.
+    async fn forwarded(stdout: &'static [u8], stderr: &'static [u8], stderr_pipe: Pipe) -> Vec<Event> {
+        let (tx, mut rx) = mpsc::channel(64);
+        forward(Some((stdout, PIPE_CHUNK)), Some(stderr), stderr_pipe, tx).await;
+        let mut events = Vec::new();
+        while let Ok(Ok(response)) = rx.try_recv() {
+            events.extend(response.event);
+        }
+        events
+    }
+
+    #[tokio::test]
+    async fn stdout_written_before_stderr_is_forwarded_first() {
+        // README command 1's shape: `cat` prints, then the shell's own error. Both
+        // pipes hold their line when the forwarder looks; two tasks raced here.
+        for _ in 0..100 {
+            let events = forwarded(b"works\n", b"sh: 1: cannot create x: Directory nonexistent\n", Pipe::Stderr).await;
+            assert!(matches!(&events[..], [Event::Stdout(out), Event::Stderr(_)] if out == b"works\n"), "{events:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_envelope_stderr_is_scanned_for_violations_and_a_last_line_without_newline_too() {
+        let text = b"cat: /etc/shadow: Permission denied\ntouch: cannot touch '/usr/x': Read-only file system";
+        let events = forwarded(b"", text, Pipe::EnvelopeStderr).await;
+        let stderr: Vec<u8> = events
+            .iter()
+            .filter_map(|e| if let Event::Stderr(b) = e { Some(b.clone()) } else { None })
+            .flatten()
+            .collect();
+        assert_eq!(stderr, text, "the stderr is forwarded whole");
+        let attempted: Vec<&str> = events
+            .iter()
+            .filter_map(|e| if let Event::Violation(v) = e { Some(v.attempted.as_str()) } else { None })
+            .collect();
+        assert_eq!(attempted, ["/etc/shadow", "/usr/x"], "{events:?}");
     }
 }
