@@ -13,6 +13,7 @@ pub mod model_api;
 pub mod runs;
 pub mod sandbox;
 pub mod terminal;
+pub mod tls_front;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;

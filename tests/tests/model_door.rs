@@ -12,10 +12,13 @@ use std::time::Duration;
 use cc_tests::claude_world::{NETWORK, REAL_KEY, bash, stdout, world, world_with};
 use cc_tests::model_api::{ModelApi, text};
 use cc_tests::runs::{Fixture, fixture};
+use cc_tests::tls_front::TlsFront;
 use cc_tests::{bin, eventually};
 use nix::sys::signal::Signal;
 
 const PLACEHOLDER_PREFIX: &str = "cc-placeholder-";
+/// A second Anthropic table names environment variables of its own for ACP agents.
+const UNTRUSTED_ENV: &str = "base_url_env = \"UNTRUSTED_BASE_URL\"\napi_key_env = \"UNTRUSTED_API_KEY\"";
 
 /// A Messages API request with `key`, sent by curl to `url` (a door's socket when
 /// `socket` is given), as the run's user: `(status, body)`.
@@ -291,4 +294,47 @@ fn an_acp_agent_reaches_its_model_through_the_door_and_holds_only_the_placeholde
     assert!(outcomes[3].contains(r#"output="0\nscanned\n""#), "{text}");
     let keys = model.keys_presented();
     assert_eq!(keys, vec![REAL_KEY.to_owned()], "the provider saw the real key, once");
+}
+
+#[test]
+fn a_provider_behind_a_private_ca_is_reached_over_tls_with_its_ca_file_and_refused_without() {
+    // The provider is served over real TLS (socat, a certificate the test's own CA
+    // signed). The table that names the CA in ca_file reaches it; the same URL in a
+    // table without it is refused with the certificate named, and no key in the words.
+    let model = ModelApi::start(vec![]);
+    model.require_key(REAL_KEY);
+    let tls = TlsFront::start(model.port);
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("model.key");
+    std::fs::write(&key, format!("{REAL_KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(keys.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let table = |name: &str, ca: &str| {
+        format!(
+            "[models.{name}]\napi = \"anthropic\"\nbase_url = \"https://127.0.0.1:{}\"\nkey_file = \"{}\"\n{ca}\n",
+            tls.port,
+            key.display()
+        )
+    };
+    let config = format!(
+        "{}{}",
+        table("anthropic", &format!("ca_file = \"{}\"", tls.ca_pem.display())),
+        table("untrusted", UNTRUSTED_ENV)
+    );
+    let f = fixture(Some(&config));
+    let out = f.sup.ccctl(&["run", "start", "--conversation", &f.conversation]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let run = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let placeholder = placeholder_of(&f, &run);
+    let door = door_socket(&f, &run);
+
+    let (status, body) = model_request(&f, Some(&door), "http://door/anthropic/v1/messages", &placeholder);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(model.keys_presented(), vec![REAL_KEY.to_owned()], "the real key arrived, over TLS");
+
+    let (status, body) = model_request(&f, Some(&door), "http://door/untrusted/v1/messages", &placeholder);
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("certificate") && body.contains("[models.untrusted] ca_file"), "{body}");
+    assert!(!body.contains(REAL_KEY), "{body}");
+    assert_eq!(model.keys_presented().len(), 1, "nothing reached the provider past an untrusted certificate");
 }

@@ -151,12 +151,28 @@ async fn upstream_refusal(response: reqwest::Response) -> Response<Body> {
 
 /// reqwest's errors name the URL; ours never carries a token, but the message is kept
 /// to what went wrong.
+/// A request's failure, without the URL (which a query could make carry a secret), and
+/// with its innermost cause: reqwest's own words are "error sending request", while
+/// what a person can act on is at the chain's end ("invalid peer certificate:
+/// UnknownIssuer", "Connection refused").
 pub fn without_url(e: &reqwest::Error) -> String {
-    let mut e = e.to_string();
-    if let Some(at) = e.find(" for url (") {
-        e.truncate(at);
+    let mut text = e.to_string();
+    if let Some(at) = text.find(" for url (") {
+        text.truncate(at);
     }
-    e
+    let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    let mut innermost = None;
+    while let Some(c) = cause {
+        innermost = Some(c);
+        cause = c.source();
+    }
+    if let Some(innermost) = innermost {
+        let innermost = innermost.to_string();
+        if !innermost.is_empty() && !text.contains(&innermost) {
+            text = format!("{text}: {innermost}");
+        }
+    }
+    text
 }
 
 pub fn full(bytes: impl Into<Bytes>) -> Body {

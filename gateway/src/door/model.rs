@@ -284,7 +284,13 @@ async fn handle(
     let response = match sent {
         Ok(response) => response,
         Err(e) => {
-            let why = format!("provider {} cannot be reached: {}", provider.name, without_url(&e));
+            let mut why = format!("provider {} cannot be reached: {}", provider.name, without_url(&e));
+            if why.contains("certificate") {
+                why.push_str(&format!(
+                    "; a provider whose certificate a private CA signed names that CA in [models.{}] ca_file",
+                    provider.name
+                ));
+            }
             return refused(Kind::Unreachable, why);
         }
     };
