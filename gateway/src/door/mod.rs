@@ -16,6 +16,7 @@ pub mod model;
 mod proxy;
 mod push;
 pub mod report;
+mod segments;
 mod splice;
 mod upstream;
 

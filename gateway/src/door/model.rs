@@ -16,15 +16,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, StreamBody};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-use super::front::{Body, data_stream, full, without_url};
+use super::front::{data_stream, without_url};
+use super::segments::Segments;
 use super::{RunDoor, Shared};
 use crate::model::Api;
 use crate::model::refusal::{self, Kind};
@@ -36,8 +38,8 @@ use crate::peers::PeerError;
 pub const MAX_REQUEST_BYTES: u64 = 64 << 20;
 /// The most of a provider's error answer held (to scrub the key from it).
 const MAX_ERROR_BYTES: usize = 256 << 10;
-/// Chunks of an answer in flight between the provider and the agent.
-const IN_FLIGHT_CHUNKS: usize = 16;
+/// Frames of an answer in flight between the provider and the agent.
+const IN_FLIGHT_FRAMES: usize = 16;
 /// How long a provider may take to connect; an answer then takes as long as it takes
 /// (the agent's own timeout and the run's end bound it), but not silent for longer
 /// than this.
@@ -183,7 +185,7 @@ async fn handle(
     ledger: &Arc<Ledger>,
     shared: &Arc<Shared>,
     request: Request<Incoming>,
-) -> Response<Body> {
+) -> Response<AnswerBody> {
     let arrived = Instant::now();
     let target = request.uri().to_string();
     let method = request.method().as_str().to_owned();
@@ -325,33 +327,53 @@ async fn handle(
             ledger,
         );
         headers.remove(header::CONTENT_LENGTH);
-        let mut answer = Response::new(full(scrubbed));
+        let mut answer = Response::new(whole(scrubbed));
         *answer.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
         *answer.headers_mut() = headers;
         return answer;
     }
-    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(IN_FLIGHT_CHUNKS);
+    let (tx, rx) = mpsc::channel::<Result<Frame<Segments>, std::io::Error>>(IN_FLIGHT_FRAMES);
     let (shared, ledger, door) = (shared.clone(), ledger.clone(), door.clone());
     let name = provider.name.clone();
     tokio::spawn(async move {
         let mut meter = Meter::new(api, streamed);
         let mut first_byte = None;
         let mut chunks = response.bytes_stream();
-        while let Some(chunk) = chunks.next().await {
-            match chunk {
-                Ok(chunk) => {
-                    first_byte.get_or_insert_with(|| arrived.elapsed());
-                    meter.feed(&chunk);
-                    // The agent hung up: what it was sent so far is what it used.
-                    if tx.send(Ok(Frame::data(chunk))).await.is_err() {
+        let mut next = chunks.next().await;
+        while let Some(Ok(chunk)) = next {
+            first_byte.get_or_insert_with(|| arrived.elapsed());
+            meter.feed(&chunk);
+            // What has already arrived joins the frame; an event that comes alone
+            // still goes at once.
+            let mut frame = Segments::from(chunk);
+            // The item after the frame, when looking for more found the answer's end or
+            // an error.
+            let mut after = None;
+            while frame.has_room() {
+                match chunks.next().now_or_never() {
+                    Some(Some(Ok(more))) => {
+                        meter.feed(&more);
+                        frame.push(more);
+                    }
+                    Some(end_or_error) => {
+                        after = Some(end_or_error);
                         break;
                     }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(std::io::Error::other(without_url(&e)))).await;
-                    break;
+                    None => break,
                 }
             }
+            // The agent hung up: what it was sent so far is what it used.
+            if tx.send(Ok(Frame::data(frame))).await.is_err() {
+                next = None;
+                break;
+            }
+            next = match after {
+                Some(item) => item,
+                None => chunks.next().await,
+            };
+        }
+        if let Some(Err(e)) = next {
+            let _ = tx.send(Err(std::io::Error::other(without_url(&e)))).await;
         }
         drop(tx);
         let usage = meter.finish();
@@ -379,8 +401,8 @@ async fn handle(
 
 /// The receiver as a stream of frames.
 fn tokio_stream_of(
-    mut rx: mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>,
-) -> impl futures::Stream<Item = Result<Frame<Bytes>, std::io::Error>> + Send + 'static {
+    mut rx: mpsc::Receiver<Result<Frame<Segments>, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Frame<Segments>, std::io::Error>> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -429,8 +451,15 @@ pub fn budget_message(budget: u64, used: u64) -> String {
     )
 }
 
-fn answer(status: StatusCode, api: Api, kind: Kind, message: &str) -> Response<Body> {
-    let mut response = Response::new(full(refusal::body(api, kind, message)));
+/// An answer's body: the provider's frames as they come, or one whole.
+type AnswerBody = BoxBody<Segments, std::io::Error>;
+
+fn whole(bytes: impl Into<Bytes>) -> AnswerBody {
+    Full::new(Segments::from(bytes.into())).map_err(|never| match never {}).boxed()
+}
+
+fn answer(status: StatusCode, api: Api, kind: Kind, message: &str) -> Response<AnswerBody> {
+    let mut response = Response::new(whole(refusal::body(api, kind, message)));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response

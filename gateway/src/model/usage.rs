@@ -7,9 +7,18 @@
 //! What it reads is the provider's word: the door counts what the provider says it
 //! will bill. An answer that reports nothing counts nothing.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use super::Api;
+
+/// What a data line must name to be parsed, per API: every other line (the text
+/// deltas, nearly all of a long answer) is passed over after one search each.
+static ANTHROPIC_NAMES: LazyLock<[Finder<'static>; 2]> =
+    LazyLock::new(|| [Finder::new(b"message_start"), Finder::new(b"message_delta")]);
+static OPENAI_NAMES: LazyLock<[Finder<'static>; 2]> = LazyLock::new(|| [Finder::new(b"usage"), Finder::new(b"model")]);
 
 /// The longest server-sent-event line read; longer lines (a huge text delta) are
 /// passed over, since usage is never in them.
@@ -150,11 +159,11 @@ impl Meter {
     fn line(&mut self, line: &[u8]) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(data) = line.strip_prefix(b"data:") else { return };
-        let names: &[&[u8]] = match self.api {
-            Api::Anthropic => &[b"message_start", b"message_delta"],
-            Api::Openai => &[b"usage", b"model"],
+        let names = match self.api {
+            Api::Anthropic => &*ANTHROPIC_NAMES,
+            Api::Openai => &*OPENAI_NAMES,
         };
-        if !names.iter().any(|name| memchr::memmem::find(data, name).is_some()) {
+        if !names.iter().any(|name| name.find(data).is_some()) {
             return;
         }
         let Ok(event) = serde_json::from_slice::<Value>(data.trim_ascii()) else { return };
