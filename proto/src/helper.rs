@@ -186,7 +186,18 @@ where
     let guard = PeerGuard::owner_or_root().requiring_secrets(bootstrap.peers.clone());
     let routes = Routes::new(health).add_service(service);
 
-    announce(READY_LINE).map_err(|e| format!("cannot tell the supervisor we are ready: {e}"))?;
+    match announce(READY_LINE) {
+        Ok(()) => {}
+        // The supervisor stopped waiting for us (the run ended while we started, or it
+        // stopped): nobody is left to tell, or to read an error, so we stop quietly.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            tracing::debug!(helper = %bootstrap.name, "the supervisor stopped waiting before we were ready; stopping");
+            drop(listener);
+            socket::remove_socket(&bootstrap.socket);
+            return Ok(());
+        }
+        Err(e) => return Err(format!("cannot tell the supervisor we are ready: {e}")),
+    }
     tracing::info!(helper = %bootstrap.name, socket = %bootstrap.socket.display(), "serving");
 
     let result = Server::builder()

@@ -374,3 +374,47 @@ fn a_required_sandbox_that_is_missing_stops_start_up_with_the_reason() {
         sup.stdout_lines
     );
 }
+
+#[test]
+fn a_helper_whose_supervisor_stopped_waiting_stops_quietly() {
+    // A supervisor that stops waiting for a helper (a run ended while its runner was
+    // starting) closes its end of the helper's stdout. The helper's READY then meets a
+    // closed pipe: it stops, with nothing on stderr (nobody is left to read an error,
+    // and a benchmark's table showed "cannot tell the supervisor we are ready") and no
+    // socket left behind.
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let socket = tmp.path().join("sock/sandboxd.sock");
+    let mut child = Command::new(bin("cc-sandboxd"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("CC_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "HELLO");
+    drop(stdout);
+    let bootstrap = cc_proto::bootstrap::Bootstrap {
+        name: "sandboxd".into(),
+        socket: socket.clone(),
+        data_dir: tmp.path().to_owned(),
+        log_format: cc_proto::logging::LogFormat::Text,
+        peers: [("supervisor".to_owned(), cc_proto::secret::PeerSecret::generate().unwrap())].into(),
+        supervisor_pid: std::process::id(),
+        options: [("sandbox".to_owned(), "off".to_owned())].into(),
+        calls: Default::default(),
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&bootstrap.to_json_line()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    assert!(!socket.exists(), "the socket is removed");
+}
