@@ -200,7 +200,13 @@ async fn handle(
                 RouteError::OtherHost | RouteError::Unreadable => StatusCode::BAD_REQUEST,
                 _ => StatusCode::NOT_FOUND,
             };
-            tracing::warn!(run = %door.run_id, error = %e, "refused a request on the model door");
+            // Claude Code's HEAD of its base URL (a reachability probe, answered 404
+            // as the provider's own root would be) is no attempt at anything.
+            if matches!(&e, RouteError::NotAModelCall { method, .. } if method == "HEAD") {
+                tracing::debug!(run = %door.run_id, error = %e, "refused a probe on the model door");
+            } else {
+                tracing::warn!(run = %door.run_id, error = %e, "refused a request on the model door");
+            }
             return answer(status, api, Kind::NotAModelCall, &e.to_string());
         }
     };
