@@ -27,6 +27,8 @@ use cc_tests::model_api::{ModelApi, text, tool};
 use serde_json::json;
 
 use crate::runs::{ccctl, path_str};
+use crate::scale::rounds;
+use crate::summary;
 use crate::{report, sibling, start, stats};
 
 const WARM_UP: usize = 20;
@@ -169,17 +171,26 @@ pub fn run() -> anyhow::Result<()> {
     // The hook.
     let hook = sibling("cc-hook")?;
     let (mut decided, mut floor) = (Vec::new(), Vec::new());
-    for i in 0..WARM_UP + SAMPLES {
+    for i in 0..rounds(WARM_UP) + rounds(SAMPLES) {
         let d = hook_once(&hook, &address)?;
         let t = Instant::now();
         Command::new("/bin/true").status()?;
-        if i >= WARM_UP {
+        if i >= rounds(WARM_UP) {
             decided.push(d);
             floor.push(t.elapsed());
         }
     }
-    report("cc-hook: process start to an allowed Bash call", &stats(decided), Duration::from_millis(10));
-    report("exec of /bin/true (the floor for any process)", &stats(floor), Duration::from_millis(10));
+    let (decided, floor) = (stats(decided), stats(floor));
+    report("cc-hook: process start to an allowed Bash call", &decided, Duration::from_millis(10));
+    report("exec of /bin/true (the floor for any process)", &floor, Duration::from_millis(10));
+    summary::row(
+        "adapters",
+        "`cc-hook` decision, from process start",
+        &format!("exec of `/bin/true` {}", summary::time(floor.median)),
+        "< 10 ms",
+        summary::time(decided.median),
+        Some(decided.median < Duration::from_millis(10)),
+    );
 
     // The MCP round trip, against the same POST straight to the stand-in.
     let mut mcp = Mcp::start(&address)?;
@@ -192,7 +203,7 @@ pub fn run() -> anyhow::Result<()> {
     // A token that may write issues, as the broker's one-write token may.
     let client = direct_post(&api.base(), &api.grant_issues(&["project"]));
     let (mut through, mut direct) = (Vec::new(), Vec::new());
-    for i in 0..WARM_UP + MCP_CALLS {
+    for i in 0..rounds(WARM_UP) + rounds(MCP_CALLS) {
         let t = Instant::now();
         let answer = mcp.call(json!({ "jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
             "params": { "name": "create_ticket", "arguments": { "title": format!("bench {i}") } } }))?;
@@ -202,7 +213,7 @@ pub fn run() -> anyhow::Result<()> {
         }
         let t = Instant::now();
         client(i)?;
-        if i >= WARM_UP {
+        if i >= rounds(WARM_UP) {
             through.push(elapsed);
             direct.push(t.elapsed());
         }
@@ -216,7 +227,7 @@ pub fn run() -> anyhow::Result<()> {
     // The real CLI, native against unwrapped.
     if Command::new("claude").arg("--version").output().map(|o| o.status.success()).unwrap_or(false) {
         let (mut native, mut unwrapped) = (Vec::new(), Vec::new());
-        for _ in 0..CLI_ROUNDS {
+        for _ in 0..rounds(CLI_ROUNDS) {
             for (n, adapter, samples) in [(0, "claude-code", &mut native), (1, "claude-code-nosandbox", &mut unwrapped)]
             {
                 // A fresh run each time, so every prompt is the same two turns.
@@ -242,11 +253,19 @@ pub fn run() -> anyhow::Result<()> {
         let (n, u) = (stats(native), stats(unwrapped));
         report("claude -p, 2 turns, native envelope", &n, u.median);
         report("claude -p, 2 turns, unwrapped (nosandbox)", &u, u.median);
+        let ratio = n.median.as_secs_f64() / u.median.as_secs_f64();
         println!(
-            "{:<44} {:+.1} ms median ({:.3}× unwrapped)",
+            "{:<44} {:+.1} ms median ({ratio:.3}× unwrapped)",
             "envelope's overhead per prompt",
             (n.median.as_secs_f64() - u.median.as_secs_f64()) * 1000.0,
-            n.median.as_secs_f64() / u.median.as_secs_f64()
+        );
+        summary::row(
+            "adapters",
+            "a claude-code prompt (the real CLI), native envelope",
+            &format!("the same unwrapped, {}", summary::time(u.median)),
+            "≤ 1.07×",
+            summary::times(ratio),
+            Some(ratio <= 1.07),
         );
     } else {
         println!("claude CLI not installed: its turn overhead is not measured (.ci/run installs it)");
@@ -254,7 +273,7 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The ACP stand-in, in the run's overlay envelope, reads a 4 KiB file [`ACP_READS`]
+/// The ACP stand-in, in the run's overlay envelope, reads a 4 KiB file [`rounds(ACP_READS)`]
 /// times and says how long each took.
 fn acp_reads(data: &Path, conversation: &str) -> anyhow::Result<()> {
     let work = data.join(format!("conversations/{conversation}/agents/default/work"));
@@ -267,7 +286,7 @@ fn acp_reads(data: &Path, conversation: &str) -> anyhow::Result<()> {
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
     let shown: serde_json::Value = serde_json::from_str(&ccctl(data, &["--json", "run", "show", &run])?)?;
     let file = Path::new(shown["work_dir"].as_str().context("work_dir")?).join("four.txt");
-    let script = format!("time-reads {ACP_READS} {}", path_str(&file)?);
+    let script = format!("time-reads {} {}", rounds(ACP_READS), path_str(&file)?);
     let out = ccctl(data, &["--json", "run", "prompt", &run, &script, "--timeout", "120"])?;
     let said: String = out
         .lines()
@@ -290,6 +309,14 @@ fn acp_reads(data: &Path, conversation: &str) -> anyhow::Result<()> {
         p90 as f64 / 1000.0,
         target / 1000.0,
         median as f64 / target
+    );
+    summary::row(
+        "adapters",
+        "ACP `fs/read_text_file` round trip, 4 KiB",
+        "",
+        "< 1 ms",
+        summary::time(Duration::from_micros(median)),
+        Some((median as f64) < target),
     );
     ccctl(data, &["run", "stop", &run])?;
     Ok(())

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::runs::{ccctl, path_str};
+use crate::scale::{bytes, rounds};
+use crate::summary;
 use crate::{report, start, stats};
 
 const GIB: u64 = 1 << 30;
@@ -111,7 +113,7 @@ fn timed(f: impl FnOnce() -> anyhow::Result<u64>) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let bytes = f()?;
     let elapsed = t.elapsed();
-    if bytes < GIB {
+    if bytes < crate::scale::bytes(GIB) {
         bail!("only {bytes} bytes arrived");
     }
     Ok(elapsed)
@@ -125,7 +127,7 @@ fn curl_host(port: u16, proxy: Option<&str>) -> anyhow::Result<Duration> {
     if let Some(proxy) = proxy {
         curl.args(["-p", "-x", proxy]);
     }
-    let out = curl.arg(format!("http://127.0.0.1:{port}/{GIB}")).output()?;
+    let out = curl.arg(format!("http://127.0.0.1:{port}/{}", bytes(GIB))).output()?;
     parse_curl(&String::from_utf8_lossy(&out.stdout))
 }
 
@@ -133,20 +135,32 @@ fn parse_curl(out: &str) -> anyhow::Result<Duration> {
     let mut words = out.split_whitespace();
     let seconds: f64 = words.next().and_then(|s| s.parse().ok()).context(format!("curl printed {out:?}"))?;
     let size: u64 = words.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    if size < GIB {
-        bail!("curl fetched {size} bytes of {GIB}");
+    let gib = bytes(GIB);
+    if size < gib {
+        bail!("curl fetched {size} bytes of {gib}");
     }
     Ok(Duration::from_secs_f64(seconds))
 }
 
-fn throughput(what: &str, through: Vec<Duration>, direct: Vec<Duration>) {
+/// Prints and records `what`'s speed against the straight transfer; `judged`: whether
+/// the 0.9× target is ours to meet (not srt's).
+fn throughput(what: &str, through: Vec<Duration>, direct: Vec<Duration>, judged: bool) {
     let (t, d) = (stats(through), stats(direct));
-    let speed = |s: Duration| GIB as f64 / s.as_secs_f64() / (1 << 20) as f64;
+    let speed = |s: Duration| bytes(GIB) as f64 / s.as_secs_f64() / (1 << 20) as f64;
     println!(
         "{what:<40} {:>7.0} MiB/s  direct {:>7.0} MiB/s  ratio {:.3} of direct (target ≥ 0.9)",
         speed(t.median),
         speed(d.median),
         d.median.as_secs_f64() / t.median.as_secs_f64()
+    );
+    let ratio = d.median.as_secs_f64() / t.median.as_secs_f64();
+    summary::row(
+        "egress",
+        what,
+        &format!("a straight loopback transfer, {:.0} MiB/s", speed(d.median)),
+        if judged { "≥ 0.9×" } else { "" },
+        summary::times(ratio),
+        judged.then_some(ratio >= 0.9),
     );
 }
 
@@ -181,40 +195,41 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
 
     // The proxy alone: the bench on the run's socket vs straight to the server.
     let (mut through, mut direct) = (Vec::new(), Vec::new());
-    for _ in 0..BIG_ROUNDS {
-        through.push(timed(|| get(tunnel(&socket, port)?, GIB))?);
-        direct.push(timed(|| get(TcpStream::connect(("127.0.0.1", port))?, GIB))?);
+    for _ in 0..rounds(BIG_ROUNDS) {
+        through.push(timed(|| get(tunnel(&socket, port)?, bytes(GIB)))?);
+        direct.push(timed(|| get(TcpStream::connect(("127.0.0.1", port))?, bytes(GIB)))?);
     }
-    throughput("1 GiB through the proxy socket", through, direct);
+    throughput("1 GiB through the proxy socket", through, direct, true);
 
     // From inside the envelope: curl through the bridge and the proxy, vs on the host.
     let (mut through, mut direct) = (Vec::new(), Vec::new());
+    let gib = bytes(GIB);
     let inside =
-        format!("curl -sS -p -o /dev/null -w '%{{time_total}} %{{size_download}}\\n' http://{NAME}:{port}/{GIB}");
-    for _ in 0..BIG_ROUNDS {
+        format!("curl -sS -p -o /dev/null -w '%{{time_total}} %{{size_download}}\\n' http://{NAME}:{port}/{gib}");
+    for _ in 0..rounds(BIG_ROUNDS) {
         through.push(parse_curl(&ccctl(&data, &["tool", &run, "bash", "--timeout", "120", "--", &inside])?)?);
         direct.push(curl_host(port, None)?);
     }
-    throughput("1 GiB by curl in the envelope (CONNECT)", through, direct);
+    throughput("1 GiB by curl in the envelope (CONNECT)", through, direct, true);
 
     if let Some(srt) = srt.filter(|s| !s.is_empty()) {
         let (mut proxy, srt_port) = start_srt_proxy(&srt)?;
         let srt_proxy = format!("http://127.0.0.1:{srt_port}");
         let (mut through, mut direct) = (Vec::new(), Vec::new());
-        for _ in 0..BIG_ROUNDS {
+        for _ in 0..rounds(BIG_ROUNDS) {
             through.push(curl_host(port, Some(&srt_proxy))?);
             direct.push(curl_host(port, None)?);
         }
         let _ = proxy.kill();
         let _ = proxy.wait();
-        throughput("1 GiB by curl through srt's proxy", through, direct);
+        throughput("1 GiB by curl through srt's proxy", through, direct, false);
     } else {
         println!("srt's proxy: skipped (bench/run.sh installs srt and passes its proxy starter)");
     }
 
     // The connect latency the proxy adds (the gate's answer is cached after the first).
-    let (mut through, mut direct) = (Vec::with_capacity(CONNECTS), Vec::with_capacity(CONNECTS));
-    for round in 0..WARM_UP + CONNECTS {
+    let (mut through, mut direct) = (Vec::with_capacity(rounds(CONNECTS)), Vec::with_capacity(rounds(CONNECTS)));
+    for round in 0..rounds(WARM_UP) + rounds(CONNECTS) {
         let t = Instant::now();
         let tunnelled = tunnel(&socket, port)?;
         let tunnel_time = t.elapsed();
@@ -222,7 +237,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         let plain = TcpStream::connect(("127.0.0.1", port))?;
         let plain_time = t.elapsed();
         drop((tunnelled, plain));
-        if round >= WARM_UP {
+        if round >= rounds(WARM_UP) {
             through.push(tunnel_time);
             direct.push(plain_time);
         }
@@ -230,9 +245,15 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     let (t, d) = (stats(through), stats(direct));
     report("connect through the proxy (to 200)", &t, d.median + Duration::from_micros(200));
     report("TCP connect straight to the server", &d, d.median);
-    println!(
-        "connect latency added by the proxy: {:.0} µs (median), target < 200 µs",
-        (t.median.as_secs_f64() - d.median.as_secs_f64()) * 1e6
+    let added = t.median.saturating_sub(d.median);
+    println!("connect latency added by the proxy: {:.0} µs (median), target < 200 µs", added.as_secs_f64() * 1e6);
+    summary::row(
+        "egress",
+        "connect latency the proxy adds",
+        &format!("a plain TCP connect {}", summary::time(d.median)),
+        "< 200 µs",
+        summary::time(added),
+        Some(added < Duration::from_micros(200)),
     );
     Ok(())
 }

@@ -9,6 +9,8 @@ use cc_proto::common::v1 as common;
 use cc_proto::supervisor::v1 as pb;
 
 use crate::corpus::corpus;
+use crate::scale::rounds;
+use crate::summary;
 use crate::{report, start, stats};
 
 pub fn run() -> anyhow::Result<()> {
@@ -22,9 +24,10 @@ fn classification() {
         check(line, Mode::Chat);
     }
     const ROUNDS: usize = 40;
-    let mut samples = Vec::with_capacity(lines.len() * ROUNDS * Mode::ALL.len());
+    let rounds = rounds(ROUNDS);
+    let mut samples = Vec::with_capacity(lines.len() * rounds * Mode::ALL.len());
     let started = Instant::now();
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds {
         for mode in Mode::ALL {
             for line in &lines {
                 let t = Instant::now();
@@ -38,7 +41,7 @@ fn classification() {
     let s = stats(samples.clone());
     let max = samples.iter().max().copied().unwrap_or_default();
     println!(
-        "command classification ({} lines x {} modes x {ROUNDS}, one thread): {per_second:.0} lines/s (target >= 100000, ratio {:.2}); median {:.1} us, p99 {:.1} us (target < 50, ratio {:.2}), max {:.1} us",
+        "command classification ({} lines x {} modes x {rounds}, one thread): {per_second:.0} lines/s (target >= 100000, ratio {:.2}); median {:.1} us, p99 {:.1} us (target < 50, ratio {:.2}), max {:.1} us",
         lines.len(),
         Mode::ALL.len(),
         per_second / 100_000.0,
@@ -46,6 +49,15 @@ fn classification() {
         s.p99.as_secs_f64() * 1e6,
         s.p99.as_secs_f64() * 1e6 / 50.0,
         max.as_secs_f64() * 1e6,
+    );
+    let p99_us = s.p99.as_secs_f64() * 1e6;
+    summary::row(
+        "gate",
+        "command classification, one thread",
+        "",
+        "≥ 100,000 lines/s, p99 < 50 µs",
+        format!("{per_second:.0} lines/s, p99 {p99_us:.1} µs"),
+        Some(per_second >= 100_000.0 && p99_us < 50.0),
     );
 }
 
@@ -63,7 +75,7 @@ fn round_trip() -> anyhow::Result<()> {
         let mut gate = cc_client::connect_gate(&socket).await?;
         let mut plain = cc_client::connect_gate(&anchor).await?;
         let mut checks = Vec::new();
-        for i in 0..2_200 {
+        for i in 0..rounds(200) + rounds(2_000) {
             let request = pb::CheckCommandRequest {
                 command_line: "cd src && git diff HEAD~1 | grep -n TODO".into(),
                 mode: common::Mode::Plan as i32,
@@ -71,15 +83,15 @@ fn round_trip() -> anyhow::Result<()> {
             };
             let t = Instant::now();
             gate.check_command(request).await?;
-            if i >= 200 {
+            if i >= rounds(200) {
                 checks.push(t.elapsed());
             }
         }
         // Interleaved, so that both see the same machine.
         let (mut decides, mut unaudited) = (Vec::new(), Vec::new());
-        for round in 0..11 {
+        for round in 0..1 + rounds(10) {
             for (client, times) in [(&mut gate, &mut decides), (&mut plain, &mut unaudited)] {
-                for _ in 0..200 {
+                for _ in 0..rounds(200) {
                     let t = Instant::now();
                     client.decide_action(pb::DecideActionRequest { action: Some(allowed()) }).await?;
                     if round > 0 {
@@ -90,7 +102,8 @@ fn round_trip() -> anyhow::Result<()> {
         }
         anyhow::Ok((checks, decides, unaudited))
     })?;
-    report("gate CheckCommand round trip", &stats(checks), Duration::from_millis(1));
+    let checks = stats(checks);
+    report("gate CheckCommand round trip", &checks, Duration::from_millis(1));
     let (audited, anchor) = (stats(decides), stats(unaudited));
     report("gate DecideAction round trip (allow, event and audit record)", &audited, Duration::from_millis(1));
     report("gate DecideAction round trip, no audit trail (anchor)", &anchor, Duration::from_millis(1));
@@ -99,6 +112,23 @@ fn round_trip() -> anyhow::Result<()> {
         audited.median.as_secs_f64() * 1e3,
         anchor.median.as_secs_f64() * 1e3,
         audited.median.as_secs_f64() / anchor.median.as_secs_f64(),
+    );
+    summary::row(
+        "gate",
+        "`CheckCommand` / `DecideAction` round trip",
+        "",
+        "< 1 ms",
+        format!("{} / {}", summary::time(checks.median), summary::time(audited.median)),
+        Some(checks.median.max(audited.median) < Duration::from_millis(1)),
+    );
+    let cost = audited.median.as_secs_f64() / anchor.median.as_secs_f64();
+    summary::row(
+        "gate",
+        "the audit trail's cost on `DecideAction`",
+        &format!("the same without it, {}", summary::time(anchor.median)),
+        "< 1.10×",
+        summary::times(cost),
+        Some(cost < 1.10),
     );
     Ok(())
 }

@@ -19,6 +19,8 @@ use cc_tests::git_host::GitHost;
 use cc_tests::github_api::{self, GitHubApi};
 
 use crate::runs::{ccctl, path_str};
+use crate::scale::{bytes, rounds};
+use crate::summary;
 use crate::{report, stats};
 
 const PUSH_ROUNDS: usize = 3;
@@ -27,8 +29,9 @@ const BIG_BYTES: u64 = 100_000_000;
 
 /// Commits a new 100 MB file (not timed), then times pushing it to a new branch.
 fn push_script(branch: &str) -> String {
+    let big = bytes(BIG_BYTES);
     format!(
-        "head -c {BIG_BYTES} /dev/urandom > big.bin && git add big.bin && git commit -qm big && \
+        "head -c {big} /dev/urandom > big.bin && git add big.bin && git commit -qm big && \
          s=$(date +%s%N) && git push -q origin HEAD:refs/heads/{branch} && e=$(date +%s%N) && echo ns=$((e-s))"
     )
 }
@@ -138,7 +141,7 @@ pub fn run() -> anyhow::Result<()> {
     let sides = Sides { data: &data, run, host_clone: &host_clone, direct_config: &direct_config };
 
     let (mut through, mut direct) = (Vec::new(), Vec::new());
-    for round in 0..PUSH_ROUNDS {
+    for round in 0..rounds(PUSH_ROUNDS) {
         through.extend(sides.gateway(&push_script(&format!("gw-{round}")))?);
         direct.extend(sides.direct(&push_script(&format!("direct-{round}")))?);
     }
@@ -146,23 +149,38 @@ pub fn run() -> anyhow::Result<()> {
     let peak = peak_rss_kib(gateway_pid)?;
     compare("100 MB push", through, direct, 1.1);
     println!("gateway peak RSS over the pushes: {:.1} MiB (target < 32 MiB)", peak as f64 / 1024.0);
+    let peak_mib = peak as f64 / 1024.0;
+    summary::row(
+        "git",
+        "the gateway's peak memory over the pushes",
+        "",
+        "< 32 MiB",
+        format!("{peak_mib:.1} MiB"),
+        Some(peak_mib < 32.0),
+    );
 
     let (mut through, mut direct) = (Vec::new(), Vec::new());
-    for round in 0..PUSH_ROUNDS {
+    for round in 0..rounds(PUSH_ROUNDS) {
         through.extend(sides.gateway(&fetch_script("/tmp/fetched", &format!("gw-{round}")))?);
         direct.extend(sides.direct(&fetch_script("/dev/shm/cc-bench-fetched", &format!("direct-{round}")))?);
     }
     let _ = std::fs::remove_dir_all("/dev/shm/cc-bench-fetched");
     compare("100 MB fetch", through, direct, 1.1);
 
-    let through = sides.gateway(&noop_script("noop-gw", NOOP_ROUNDS))?;
-    let direct = sides.direct(&noop_script("noop-direct", NOOP_ROUNDS))?;
+    let through = sides.gateway(&noop_script("noop-gw", rounds(NOOP_ROUNDS)))?;
+    let direct = sides.direct(&noop_script("noop-direct", rounds(NOOP_ROUNDS)))?;
     let (t, d) = (stats(through), stats(direct));
     report("no-op push through the gateway", &t, d.median + Duration::from_millis(20));
     report("no-op push straight to upstream", &d, d.median);
-    println!(
-        "no-op push: added latency {:.1} ms (median), target < 20 ms",
-        (t.median.as_secs_f64() - d.median.as_secs_f64()) * 1000.0
+    let added = t.median.saturating_sub(d.median);
+    println!("no-op push: added latency {:.1} ms (median), target < 20 ms", added.as_secs_f64() * 1000.0);
+    summary::row(
+        "git",
+        "a push with nothing to send",
+        &format!("straight {}", summary::time(d.median)),
+        "< 20 ms added",
+        format!("{} added", summary::time(added)),
+        Some(added < Duration::from_millis(20)),
     );
     Ok(())
 }
@@ -182,6 +200,14 @@ fn compare(what: &str, through: Vec<Duration>, direct: Vec<Duration>, target: f6
         "{what:<14} through the gateway {:>8.1} ms  straight {:>8.1} ms  ratio {ratio:.3} (target ≤ {target})",
         t.median.as_secs_f64() * 1000.0,
         d.median.as_secs_f64() * 1000.0
+    );
+    summary::row(
+        "git",
+        what,
+        &format!("straight to the same upstream {}", summary::time(d.median)),
+        &format!("≤ {target}×"),
+        summary::times(ratio),
+        Some(ratio <= target),
     );
 }
 

@@ -20,10 +20,15 @@ use anyhow::{Context, bail};
 use cc_proto::supervisor::v1 as pb;
 
 use crate::runs::{ccctl, demo_repo, path_str, read_four_kib};
+use crate::summary;
 use crate::{ms, sibling, start, stats, vm_rss_kib};
 
 const ATTACKS: [&str; 3] = ["no-newline 1024", "long-lines 20 10", "flood 100000"];
 const ACP_ATTACKS: [&str; 3] = ["permissions 100000", "long-updates 20 10", "raw-no-newline 1024"];
+/// The same attacks, smaller, for `--quick`: each still crosses the limits it tests
+/// (a line past the 8 MiB a line may hold, more steps than a window of events).
+const QUICK_ATTACKS: [&str; 3] = ["no-newline 16", "long-lines 2 10", "flood 2000"];
+const QUICK_ACP_ATTACKS: [&str; 3] = ["permissions 2000", "long-updates 2 10", "raw-no-newline 16"];
 const QUIET_CALLS: usize = 300;
 const LIVE_RUNS: usize = 20;
 const RSS_TARGET_MIB: f64 = 40.0;
@@ -71,8 +76,13 @@ pub fn run() -> anyhow::Result<()> {
         ccctl(&data, &["run", "prompt", &run, "say up"])?;
         run
     };
-    let attacks =
-        ATTACKS.iter().map(|a| (&attacker, *a, "claude-code")).chain(ACP_ATTACKS.iter().map(|a| (&acp, *a, "acp")));
+    let (claude_attacks, acp_attacks) =
+        if crate::scale::quick() { (QUICK_ATTACKS, QUICK_ACP_ATTACKS) } else { (ATTACKS, ACP_ATTACKS) };
+    let attacks = claude_attacks
+        .iter()
+        .map(|a| (&attacker, *a, "claude-code"))
+        .chain(acp_attacks.iter().map(|a| (&acp, *a, "acp")));
+    let (mut worst_rss_kib, mut worst_p99) = (0, Duration::ZERO);
     for (run, attack, adapter) in attacks {
         let prompt = Command::new(sibling("ccctl")?)
             .arg("--data-dir")
@@ -83,19 +93,39 @@ pub fn run() -> anyhow::Result<()> {
             .spawn()?;
         let t = Instant::now();
         // The ACP agent's gigabyte ends its prompt with a failure, as it should.
-        let must_succeed = attack != "raw-no-newline 1024";
+        let must_succeed = !attack.starts_with("raw-no-newline");
         let measured = runtime.block_on(calls(&socket, &quiet[0], &proc_dir, Some(prompt), must_succeed))?;
         println!("{adapter} attack `{attack}`: the prompt took {:.1} s", t.elapsed().as_secs_f64());
         print_calls(attack, &measured, Some(&quiet_calls));
+        worst_rss_kib = worst_rss_kib.max(measured.peak_rss_kib);
+        worst_p99 = worst_p99.max(stats(measured.statuses.clone()).p99);
     }
+    let worst_rss_mib = worst_rss_kib as f64 / 1024.0;
+    summary::row(
+        "hostile",
+        "the supervisor's peak memory while an agent attacks its adapter (6 attacks)",
+        "",
+        "< 40 MiB",
+        format!("{worst_rss_mib:.1} MiB"),
+        Some(worst_rss_mib < RSS_TARGET_MIB),
+    );
+    summary::row(
+        "hostile",
+        "`GetStatus` p99 while an agent attacks its adapter (the worst attack)",
+        &format!("no attack {}", summary::time(stats(quiet_calls.statuses.clone()).p99)),
+        "< 5 ms",
+        summary::time(worst_p99),
+        Some(worst_p99 < STATUS_P99_TARGET),
+    );
 
-    for _ in quiet.len() + 1..LIVE_RUNS {
+    let live_runs = crate::scale::rounds(LIVE_RUNS).max(quiet.len() + 1);
+    for _ in quiet.len() + 1..live_runs {
         let run = start_run()?;
         ccctl(&data, &["run", "prompt", &run, "flood 1"])?;
     }
     let idle = vm_rss_kib(&proc_dir).context("the supervisor's VmRSS")?;
     println!(
-        "supervisor RSS idle with {LIVE_RUNS} live claude-code runs: {:.1} MiB  target {RSS_TARGET_MIB} MiB  ratio {:.3}",
+        "supervisor RSS idle with {live_runs} live claude-code runs: {:.1} MiB  target {RSS_TARGET_MIB} MiB  ratio {:.3}",
         idle as f64 / 1024.0,
         idle as f64 / 1024.0 / RSS_TARGET_MIB
     );

@@ -13,6 +13,8 @@ use cc_proto::tools::v1 as rn;
 use tokio_stream::StreamExt;
 
 use crate::runs::{ccctl, demo_repo, path_str, read_four_kib};
+use crate::scale::rounds;
+use crate::summary;
 use crate::{report, start, stats};
 
 const RUNS: usize = 20;
@@ -36,7 +38,7 @@ pub fn run() -> anyhow::Result<()> {
             tasks.push(tokio::spawn(async move {
                 let mut client = cc_client::connect_runs(&socket).await?;
                 let mut samples: [Vec<Duration>; 3] = Default::default();
-                for round in 0..ROUNDS {
+                for round in 0..rounds(ROUNDS) {
                     let t = Instant::now();
                     read_four_kib(&mut client, &run).await?;
                     samples[0].push(t.elapsed());
@@ -76,7 +78,7 @@ pub fn run() -> anyhow::Result<()> {
     // waits out a doubled backoff, by design): until every run's bash works again,
     // each run retrying.
     let mut recoveries = Vec::new();
-    for n in 1..=KILLS {
+    for n in 1..=rounds(KILLS) {
         let (_supervisor, data, runs) = twenty_runs(tmp.path(), &repo, n)?;
         let socket = data.join("sock/api.sock");
         runtime.block_on(async {
@@ -110,7 +112,16 @@ pub fn run() -> anyhow::Result<()> {
         })?;
         recoveries.push(killed.elapsed());
     }
-    report("kill -9 sandboxd → every run's bash works", &stats(recoveries), Duration::from_secs(1));
+    let recoveries = stats(recoveries);
+    report("kill -9 sandboxd → every run's bash works", &recoveries, Duration::from_secs(1));
+    summary::row(
+        "load",
+        "kill -9 of sandboxd until every live run's bash works",
+        "",
+        "< 1 s",
+        summary::time(recoveries.median),
+        Some(recoveries.median < Duration::from_secs(1)),
+    );
     Ok(())
 }
 
@@ -124,7 +135,7 @@ fn twenty_runs(
     let data = root.join(format!("d{n}"));
     ccctl(&data, &["repo", "add", path_str(repo)?, "--name", "demo"])?;
     let conversation = ccctl(&data, &["conversation", "new", "--repo", "demo", "--worktree-backend", "copy"])?;
-    let runs = (0..RUNS)
+    let runs = (0..rounds(RUNS))
         .map(|_| Ok(ccctl(&data, &["run", "start", "--conversation", conversation.trim()])?.trim().to_owned()))
         .collect::<anyhow::Result<_>>()?;
     Ok((supervisor, data, runs))

@@ -35,10 +35,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::scale::rounds;
 use anyhow::{Context, bail};
 use cc_proto::supervisor::v1 as pb;
 
 mod adapters;
+mod all;
 mod corpus;
 mod egress;
 mod gate;
@@ -52,32 +54,42 @@ mod neighbours;
 mod paths;
 mod runs;
 mod sandbox;
+mod scale;
 mod search;
+mod summary;
 mod terminals;
 
 fn main() -> anyhow::Result<()> {
-    let which = std::env::args().nth(1).unwrap_or_else(|| "supervisor".into());
-    match which.as_str() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    scale::take_quick_flag(&mut args);
+    let which = args.first().map_or("supervisor", String::as_str);
+    if which == "all" {
+        return all::run(&args[1..]);
+    }
+    if which == "fold-summary" {
+        let [_, summary, page] = &args[..] else {
+            bail!("usage: cc-bench fold-summary SUMMARY PAGE (SUMMARY: what `cc-bench all --summary` wrote)")
+        };
+        return summary::fold_files(summary.as_ref(), page.as_ref());
+    }
+    let argument = args.get(1).cloned();
+    match which {
         "supervisor" => supervisor(),
-        "sandbox" => sandbox::run(std::env::args().nth(2)),
+        "sandbox" => sandbox::run(argument),
         "gate" => gate::run(),
         "search" => search::run(),
-        "runs" => runs::run(std::env::args().nth(2)),
+        "runs" => runs::run(argument),
         "limits" => limits::run().and_then(|()| neighbours::run()),
         "load" => load::run(),
         "git" => git::run(),
-        "egress" => egress::run(std::env::args().nth(2)),
+        "egress" => egress::run(argument),
         "adapters" => adapters::run(),
         "models" => models::run(),
         "hostile" => hostile::run(),
         "terminals" => terminals::run(),
         "microvm" => microvm::run(),
         "paths" => paths::run(),
-        other => {
-            bail!(
-                "unknown benchmark {other:?} (known: supervisor, sandbox, gate, search, runs, limits, load, git, egress, adapters, models, hostile, terminals, microvm, paths)"
-            )
-        }
+        other => bail!("unknown benchmark {other:?} (known: all, {})", all::BENCHMARKS.join(", ")),
     }
 }
 
@@ -178,12 +190,22 @@ fn supervisor() -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("cc-bench-").tempdir()?;
     const COLD_STARTS: usize = 20;
     let mut cold = Vec::with_capacity(COLD_STARTS);
-    for n in 0..COLD_STARTS {
+    for n in 0..rounds(COLD_STARTS) {
         let (running, elapsed) = start(tmp.path(), n)?;
         cold.push(elapsed);
         drop(running);
     }
-    report("supervisor cold start to READY=1", &stats(cold), Duration::from_millis(300));
+    let cold = stats(cold);
+    let ready_target = Duration::from_millis(20);
+    report("supervisor cold start to READY=1", &cold, ready_target);
+    summary::row(
+        "supervisor",
+        "cold start to `READY=1`",
+        "",
+        "≤ 20 ms",
+        summary::time(cold.median),
+        Some(cold.median <= ready_target),
+    );
 
     let (_running, _) = start(tmp.path(), COLD_STARTS)?;
     let socket = tmp.path().join(format!("d{COLD_STARTS}/sock/api.sock"));
@@ -192,37 +214,47 @@ fn supervisor() -> anyhow::Result<()> {
         let mut client = cc_client::connect(&socket).await?;
         let mut status = Vec::new();
         let mut list = Vec::new();
-        for i in 0..2_200 {
+        for i in 0..rounds(200) + rounds(2_000) {
             let t = Instant::now();
             client.system.get_status(pb::GetStatusRequest {}).await?;
-            if i >= 200 {
+            if i >= rounds(200) {
                 status.push(t.elapsed());
             }
         }
-        for i in 0..2_200 {
+        for i in 0..rounds(200) + rounds(2_000) {
             let t = Instant::now();
             client.system.list_helpers(pb::ListHelpersRequest {}).await?;
-            if i >= 200 {
+            if i >= rounds(200) {
                 list.push(t.elapsed());
             }
         }
         anyhow::Ok((status, list))
     })?;
-    report("GetStatus round trip (3 helpers' last health answers)", &stats(status), Duration::from_millis(2));
-    report("ListHelpers round trip", &stats(list), Duration::from_millis(2));
+    let (status, list) = (stats(status), stats(list));
+    report("GetStatus round trip (3 helpers' last health answers)", &status, Duration::from_millis(2));
+    report("ListHelpers round trip", &list, Duration::from_millis(2));
+    summary::row(
+        "supervisor",
+        "`GetStatus` round trip",
+        &format!("`ListHelpers` {}", summary::time(list.median)),
+        "< 2 ms",
+        summary::time(status.median),
+        Some(status.median < Duration::from_millis(2)),
+    );
 
     // The floor any command-line client pays: fork and exec of a binary that does nothing.
     let mut floor = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..rounds(50) {
         let t = Instant::now();
         Command::new("/bin/true").status()?;
         floor.push(t.elapsed());
     }
-    report("exec of /bin/true (the floor for any CLI)", &stats(floor), Duration::from_millis(2));
+    let floor = stats(floor);
+    report("exec of /bin/true (the floor for any CLI)", &floor, Duration::from_millis(2));
 
     let ccctl = sibling("ccctl")?;
     let mut process = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..rounds(50) {
         let t = Instant::now();
         let out = Command::new(&ccctl).arg("--socket").arg(&socket).arg("status").output()?;
         if !out.status.success() {
@@ -230,6 +262,15 @@ fn supervisor() -> anyhow::Result<()> {
         }
         process.push(t.elapsed());
     }
-    report("`ccctl status` whole process (exec + connect)", &stats(process), Duration::from_millis(2));
+    let process = stats(process);
+    report("`ccctl status` whole process (exec + connect)", &process, Duration::from_millis(2));
+    summary::row(
+        "supervisor",
+        "a whole `ccctl status` process",
+        &format!("exec of `/bin/true` {}", summary::time(floor.median)),
+        "≤ 2 ms",
+        summary::time(process.median),
+        Some(process.median <= Duration::from_millis(2)),
+    );
     Ok(())
 }

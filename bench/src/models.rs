@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::runs::{ccctl, path_str};
+use crate::scale::{bytes, rounds};
+use crate::summary;
 use crate::{report, start, stats};
 
 const KEY: &str = "sk-bench-provider";
@@ -171,11 +173,12 @@ pub fn run() -> anyhow::Result<()> {
         request(stream, "/v1/messages", KEY, 0)
     };
 
-    let (mut door_times, mut direct_times) = (Vec::with_capacity(FIRST_BYTES), Vec::with_capacity(FIRST_BYTES));
-    for round in 0..WARM_UP + FIRST_BYTES {
+    let (mut door_times, mut direct_times) =
+        (Vec::with_capacity(rounds(FIRST_BYTES)), Vec::with_capacity(rounds(FIRST_BYTES)));
+    for round in 0..rounds(WARM_UP) + rounds(FIRST_BYTES) {
         let (d, _) = through()?;
         let (s, _) = straight()?;
-        if round >= WARM_UP {
+        if round >= rounds(WARM_UP) {
             door_times.push(d);
             direct_times.push(s);
         }
@@ -183,25 +186,33 @@ pub fn run() -> anyhow::Result<()> {
     let (d, s) = (stats(door_times), stats(direct_times));
     report("first byte through the model door", &d, s.median + Duration::from_millis(1));
     report("first byte straight to the provider", &s, s.median);
-    println!(
-        "first-byte latency added by the door: {:.0} µs (median), target < 1000 µs",
-        (d.median.as_secs_f64() - s.median.as_secs_f64()) * 1e6
+    let added = d.median.saturating_sub(s.median);
+    println!("first-byte latency added by the door: {:.0} µs (median), target < 1000 µs", added.as_secs_f64() * 1e6);
+    summary::row(
+        "models",
+        "the model door's latency to first byte",
+        &format!("straight to the same provider {}", summary::time(s.median)),
+        "< 1 ms added",
+        format!("{} added", summary::time(added)),
+        Some(added < Duration::from_millis(1)),
     );
 
     let (mut door_times, mut direct_times) = (Vec::new(), Vec::new());
-    for _ in 0..STREAM_ROUNDS {
+    for _ in 0..rounds(STREAM_ROUNDS) {
         let t = Instant::now();
-        let (_, bytes) = request(UnixStream::connect(&door)?, "/bench/v1/messages", &placeholder, STREAM_BYTES)?;
+        let (_, through) =
+            request(UnixStream::connect(&door)?, "/bench/v1/messages", &placeholder, bytes(STREAM_BYTES))?;
         door_times.push(t.elapsed());
         let t = Instant::now();
-        let (_, direct_bytes) = request(TcpStream::connect(("127.0.0.1", port))?, "/v1/messages", KEY, STREAM_BYTES)?;
+        let (_, direct_bytes) =
+            request(TcpStream::connect(("127.0.0.1", port))?, "/v1/messages", KEY, bytes(STREAM_BYTES))?;
         direct_times.push(t.elapsed());
-        if bytes < STREAM_BYTES || direct_bytes < STREAM_BYTES {
-            bail!("a stream was cut short: {bytes} through the door, {direct_bytes} straight");
+        if through < bytes(STREAM_BYTES) || direct_bytes < bytes(STREAM_BYTES) {
+            bail!("a stream was cut short: {through} through the door, {direct_bytes} straight");
         }
     }
     let (d, s) = (stats(door_times), stats(direct_times));
-    let speed = |t: Duration| STREAM_BYTES as f64 / t.as_secs_f64() / (1 << 20) as f64;
+    let speed = |t: Duration| bytes(STREAM_BYTES) as f64 / t.as_secs_f64() / (1 << 20) as f64;
     println!(
         "{:<40} {:>7.0} MiB/s  direct {:>7.0} MiB/s  ratio {:.3} of direct (target ≥ 0.9)",
         "256 MiB of events through the door",
@@ -209,10 +220,22 @@ pub fn run() -> anyhow::Result<()> {
         speed(s.median),
         s.median.as_secs_f64() / d.median.as_secs_f64()
     );
+    let ratio = s.median.as_secs_f64() / d.median.as_secs_f64();
+    summary::row(
+        "models",
+        "256 MiB of server-sent events through the door",
+        &format!("straight, {:.0} MiB/s", speed(s.median)),
+        "≥ 0.9×",
+        summary::times(ratio),
+        Some(ratio >= 0.9),
+    );
     // What the door counted: every request's usage, as the run reports it.
     let show = ccctl(&data, &["--json", "run", "show", &run])?;
     let shown: serde_json::Value = serde_json::from_str(&show)?;
     let requests = shown["model"]["per_model"][0]["requests"].as_u64().unwrap_or(0);
-    println!("requests the run's usage counts: {requests} of {}", WARM_UP + FIRST_BYTES + STREAM_ROUNDS);
+    println!(
+        "requests the run's usage counts: {requests} of {}",
+        rounds(WARM_UP) + rounds(FIRST_BYTES) + rounds(STREAM_ROUNDS)
+    );
     Ok(())
 }

@@ -9,6 +9,8 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::scale::rounds;
+use crate::summary;
 use cc_host::resolve::{Links, Resolver};
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode;
@@ -17,8 +19,7 @@ const BATCH: usize = 1_000;
 const PATH: &str = "a/b/c/d/e/file.txt";
 
 pub fn run() -> anyhow::Result<()> {
-    let quick = std::env::var_os("CC_BENCH_QUICK").is_some();
-    let batches = if quick { 20 } else { 200 };
+    let batches = rounds(200);
     let tmp = tempfile::Builder::new().prefix("cc-bench-paths-").tempdir()?;
     std::fs::create_dir_all(tmp.path().join("a/b/c/d/e"))?;
     std::fs::write(tmp.path().join(PATH), "x")?;
@@ -58,6 +59,15 @@ pub fn run() -> anyhow::Result<()> {
         println!("openat2 is not available here: the walk is what every path pays");
     }
     crate::report("component walk (target 10x the anchor)", &walk, anchor.median * 10);
-    println!("walk / anchor: {:.2}", walk.median.as_secs_f64() / anchor.median.as_secs_f64());
+    let ratio = walk.median.as_secs_f64() / anchor.median.as_secs_f64();
+    println!("walk / anchor: {ratio:.2}");
+    summary::row(
+        "paths",
+        "an open beneath a root by the component walk (where `openat2` is filtered)",
+        &format!("a plain `openat` {}", summary::time(anchor.median)),
+        "≤ 10× the anchor",
+        format!("{} ({ratio:.1}×)", summary::time(walk.median)),
+        Some(ratio <= 10.0),
+    );
     Ok(())
 }

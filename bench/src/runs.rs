@@ -20,6 +20,8 @@ use cc_proto::tools::v1::tool_result::Result as Outcome;
 use tokio_stream::StreamExt;
 
 use crate::sandbox::time_command_n;
+use crate::scale::rounds;
+use crate::summary;
 use crate::{report, sibling, start, stats};
 
 const READS: usize = 3_000;
@@ -42,12 +44,12 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (one, wall_one, wall_two, get_run, runner_pid) = runtime.block_on(async {
         let mut client = cc_client::connect_runs(&socket).await?;
-        let mut samples = Vec::with_capacity(READS);
-        for _ in 0..WARM_UP {
+        let mut samples = Vec::with_capacity(rounds(READS));
+        for _ in 0..rounds(WARM_UP) {
             read_four_kib(&mut client, &run_id).await?;
         }
         let t = Instant::now();
-        for _ in 0..READS {
+        for _ in 0..rounds(READS) {
             let call = Instant::now();
             read_four_kib(&mut client, &run_id).await?;
             samples.push(call.elapsed());
@@ -60,7 +62,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
             let (socket, run_id) = (socket.clone(), run_id.clone());
             tasks.push(tokio::spawn(async move {
                 let mut client = cc_client::connect_runs(&socket).await?;
-                for _ in 0..READS / 2 {
+                for _ in 0..rounds(READS) / 2 {
                     read_four_kib(&mut client, &run_id).await?;
                 }
                 anyhow::Ok(())
@@ -71,8 +73,8 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         }
         let wall_two = t.elapsed();
         // For comparison, a unary call that stops at the supervisor.
-        let mut get_run = Vec::with_capacity(READS);
-        for _ in 0..READS {
+        let mut get_run = Vec::with_capacity(rounds(READS));
+        for _ in 0..rounds(READS) {
             let call = Instant::now();
             client.get_run(pb::GetRunRequest { run_id: run_id.clone() }).await?;
             get_run.push(call.elapsed());
@@ -80,22 +82,42 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         let run = client.get_run(pb::GetRunRequest { run_id: run_id.clone() }).await?.into_inner();
         anyhow::Ok((samples, wall_one, wall_two, get_run, run.run.map_or(0, |r| r.runner_pid)))
     })?;
-    report("`read` 4 KiB: client → supervisor → runner", &stats(one), Duration::from_millis(1));
-    report("for comparison: GetRun (supervisor only, unary)", &stats(get_run), Duration::from_millis(1));
-    let per_second = |wall: Duration| READS as f64 / wall.as_secs_f64();
+    let (one, get_run) = (stats(one), stats(get_run));
+    report("`read` 4 KiB: client → supervisor → runner", &one, Duration::from_millis(1));
+    report("for comparison: GetRun (supervisor only, unary)", &get_run, Duration::from_millis(1));
+    summary::row(
+        "runs",
+        "`read` 4 KiB round trip",
+        &format!("`GetRun` {}", summary::time(get_run.median)),
+        "< 1 ms",
+        summary::time(one.median),
+        Some(one.median < Duration::from_millis(1)),
+    );
+    let per_second = |wall: Duration| rounds(READS) as f64 / wall.as_secs_f64();
     println!(
         "`read` 4 KiB calls per second on one run: {:.0} with one client, {:.0} with two (target at least 2000)",
         per_second(wall_one),
         per_second(wall_two)
+    );
+    summary::row(
+        "runs",
+        "`read` calls per second, one client",
+        &format!("two clients {:.0}", per_second(wall_two)),
+        "≥ 2,000",
+        format!("{:.0}", per_second(wall_one)),
+        Some(per_second(wall_one) >= 2000.0),
     );
     // Idle: the calls are over; give the runner a moment with nothing to do.
     std::thread::sleep(Duration::from_millis(200));
     let rss = vm_rss_kib(runner_pid)?;
     println!(
         "runner idle after {} calls: {:.2} MiB RSS (target under 15 MiB)",
-        READS * 2 + WARM_UP,
+        rounds(READS) * 2 + rounds(WARM_UP),
         rss as f64 / 1024.0
     );
+    let rss_mib = rss as f64 / 1024.0;
+    summary::row("runs", "runner idle memory", "", "< 15 MiB", format!("{rss_mib:.1} MiB"), Some(rss_mib < 15.0));
+    per_command(&data, &run_id)?;
     ccctl(&data, &["run", "stop", &run_id])?;
 
     let exec = |data: &Path| {
@@ -103,27 +125,56 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         ccctl(data, &["exec", "--repo", path_str(&repo)?, "--worktree-backend", "copy", "--", "true"])?;
         anyhow::Ok(t.elapsed())
     };
-    let warm: Vec<Duration> = (0..EXECS + 1).map(|_| exec(&data)).collect::<Result<_, _>>()?;
+    let warm: Vec<Duration> = (0..rounds(EXECS) + 1).map(|_| exec(&data)).collect::<Result<_, _>>()?;
     let cold_data = tmp.path().join("cold");
-    let cold: Vec<Duration> = (0..EXECS / 2 + 1).map(|_| exec(&cold_data)).collect::<Result<_, _>>()?;
-    let bwrap = time_command_n(&["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"], EXECS)?;
+    let cold: Vec<Duration> = (0..rounds(EXECS) / 2 + 1).map(|_| exec(&cold_data)).collect::<Result<_, _>>()?;
+    let bwrap = time_command_n(&["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"], rounds(EXECS))?;
     let warm = stats(warm[1..].to_vec());
     let cold = stats(cold[1..].to_vec());
     report("`ccctl exec -- true`, supervisor running", &warm, Duration::from_millis(100));
     report("`ccctl exec -- true`, cold (embedded supervisor)", &cold, Duration::from_millis(300));
-    report("`true` under raw bwrap --unshare-all --ro-bind / /", &stats(bwrap), Duration::from_millis(5));
-    match srt.filter(|s| Path::new(s).exists()) {
+    let bwrap = stats(bwrap);
+    report("`true` under raw bwrap --unshare-all --ro-bind / /", &bwrap, Duration::from_millis(5));
+    let theirs = match srt.filter(|s| Path::new(s).exists()) {
         Some(srt) => {
-            let theirs = stats(time_command_n(&[&srt, "true"], EXECS)?);
+            let theirs = stats(time_command_n(&[&srt, "true"], rounds(EXECS))?);
             report("`true` under srt (sandbox-runtime)", &theirs, Duration::from_millis(5));
             let ratio = |ours: Duration| theirs.median.as_secs_f64() / ours.as_secs_f64();
             println!(
-                "ratio srt / `ccctl exec`: {:.1} with a supervisor running, {:.1} cold (target at least 10)",
+                "ratio srt / `ccctl exec`: {:.1} with a supervisor running (target at least 20), {:.1} cold (target at least 6)",
                 ratio(warm.median),
                 ratio(cold.median)
             );
+            Some(theirs.median)
         }
-        None => println!("srt: not installed (bench/run.sh installs it with npm); no comparison"),
+        None => {
+            println!("srt: not installed (bench/run.sh installs it with npm); no comparison");
+            None
+        }
+    };
+    for (what, ours, faster) in
+        [("`ccctl exec -- true`, supervisor running", &warm, 20.0), ("`ccctl exec -- true`, cold", &cold, 6.0)]
+    {
+        let against_bwrap = ours.median.as_secs_f64() / bwrap.median.as_secs_f64();
+        let (anchor, measured, met) = match theirs {
+            Some(srt) => {
+                let ratio = srt.as_secs_f64() / ours.median.as_secs_f64();
+                (
+                    format!("srt {}; raw bwrap {}", summary::time(srt), summary::time(bwrap.median)),
+                    format!(
+                        "{ratio:.1}× faster than srt; {} ({against_bwrap:.1}× raw bwrap)",
+                        summary::time(ours.median)
+                    ),
+                    Some(ratio >= faster),
+                )
+            }
+            None => (
+                format!("raw bwrap {} (srt not installed)", summary::time(bwrap.median)),
+                format!("{} ({against_bwrap:.1}× raw bwrap)", summary::time(ours.median)),
+                None,
+            ),
+        };
+        summary::row("runs", what, &anchor, &format!("≥ {faster:.0}× faster than srt"), measured, met);
     }
     Ok(())
 }
@@ -166,6 +217,42 @@ pub(crate) fn demo_repo(dir: &Path) -> anyhow::Result<PathBuf> {
 
 pub(crate) fn path_str(p: &Path) -> anyhow::Result<&str> {
     p.to_str().context("the bench's temporary paths must be UTF-8")
+}
+
+/// What an agent pays on every command: a whole `ccctl tool RUN bash -- true` process
+/// (client start, connect, gate, sandboxd, launch, exit report), against a bare
+/// `bwrap --unshare-all` process, in alternating pairs so that both see the same machine.
+fn per_command(data: &Path, run_id: &str) -> anyhow::Result<()> {
+    let bare_argv = ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"];
+    let (mut tool, mut bare) = (Vec::new(), Vec::new());
+    for pair in 0..2 + rounds(30) {
+        let t = Instant::now();
+        ccctl(data, &["tool", run_id, "bash", "--", "true"])?;
+        let tool_time = t.elapsed();
+        let t = Instant::now();
+        let status = Command::new(bare_argv[0]).args(&bare_argv[1..]).status()?;
+        if !status.success() {
+            bail!("{bare_argv:?} failed: {status}");
+        }
+        if pair >= 2 {
+            tool.push(tool_time);
+            bare.push(t.elapsed());
+        }
+    }
+    let (tool, bare) = (stats(tool), stats(bare));
+    report("`ccctl tool RUN bash -- true`, whole process", &tool, bare.median);
+    report("a bare `bwrap --unshare-all` process (anchor)", &bare, bare.median);
+    let ratio = tool.median.as_secs_f64() / bare.median.as_secs_f64();
+    println!("per-command cost: {ratio:.2}× a bare bwrap process (target ≤ 1.0)");
+    summary::row(
+        "runs",
+        "a command's whole cost: `ccctl tool RUN bash -- true`",
+        &format!("a bare `bwrap --unshare-all` process {}", summary::time(bare.median)),
+        "≤ 1.0×",
+        format!("{} ({ratio:.2}×)", summary::time(tool.median)),
+        Some(ratio <= 1.0),
+    );
+    Ok(())
 }
 
 pub(crate) fn ccctl(data: &Path, args: &[&str]) -> anyhow::Result<String> {

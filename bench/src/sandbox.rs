@@ -18,6 +18,8 @@ use cc_proto::secret::PeerSecret;
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 
+use crate::scale::rounds;
+use crate::summary;
 use crate::{report, sibling, stats};
 
 const LAUNCHES: usize = 40;
@@ -81,7 +83,7 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         // other rows (about 20 ms) between them as an agent's think time is between its
         // tool calls (seconds): its envelope was made when the one before it ended.
         let mut samples = Samples::default();
-        for i in 0..LAUNCHES + 5 {
+        for i in 0..rounds(LAUNCHES) + 5 {
             client.register_run(pb::RegisterRunRequest { policy: Some(policy.clone()) }).await?;
             let (_, cold) = run_true(&mut client, launch(&["/bin/true"])).await?;
             let direct = time_once(&direct, as_user)?;
@@ -172,10 +174,36 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         ratio(&cold, &raw_as_user),
         ratio(&direct, &raw)
     );
+    let raw_text = format!("raw bwrap {}", summary::time(raw.median));
+    summary::row(
+        "sandbox",
+        "launch of `true`, envelope made ahead",
+        &raw_text,
+        "≤ 1.5× raw bwrap",
+        summary::times(ratio(&ours, &raw)),
+        Some(ratio(&ours, &raw) <= 1.5),
+    );
+    summary::row(
+        "sandbox",
+        "cold launch of `true` (envelope made for it)",
+        &raw_text,
+        "≤ 1.5× raw bwrap",
+        summary::times(ratio(&cold, &raw)),
+        Some(ratio(&cold, &raw) <= 1.5),
+    );
     match srt.filter(|s| Path::new(s).exists()) {
         Some(srt) => {
-            let theirs = stats(time_command_n(&[&srt, "true"], 10)?);
+            let theirs = stats(time_command_n(&[&srt, "true"], crate::scale::rounds(10))?);
             report("`true` under srt (sandbox-runtime)", &theirs, Duration::from_millis(5));
+            let faster = theirs.median.as_secs_f64() / ours.median.as_secs_f64();
+            summary::row(
+                "sandbox",
+                "launch of `true` against srt's",
+                &format!("srt {}", summary::time(theirs.median)),
+                "≥ 20× faster",
+                format!("{faster:.0}× faster (cold: {:.0}×)", theirs.median.as_secs_f64() / cold.median.as_secs_f64()),
+                Some(faster >= 20.0),
+            );
             println!(
                 "ratio srt / ours: {:.1} (target at least 20); srt / cold: {:.1}",
                 theirs.median.as_secs_f64() / ours.median.as_secs_f64(),
@@ -185,6 +213,14 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
         None => println!("srt: not installed (bench/run.sh installs it with npm); no comparison"),
     }
     let mib = |kib: u64| kib as f64 / 1024.0;
+    summary::row(
+        "sandbox",
+        "an idle envelope's memory (our init and its bridges)",
+        &format!("bubblewrap {:.2} MiB", mib(idle.1)),
+        "< 4 MiB",
+        format!("{:.2} MiB", mib(idle.0)),
+        Some(mib(idle.0) < 4.0),
+    );
     println!(
         "idle envelope with two bridges: our init and its bridge threads {:.2} MiB RSS (target: under 4 MiB); bubblewrap {:.2} MiB",
         mib(idle.0),

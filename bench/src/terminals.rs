@@ -18,6 +18,8 @@ use cc_proto::supervisor::v1::attach_terminal_request::Input;
 use cc_tests::terminal::{Attached, attach, create};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::scale::rounds;
+use crate::summary;
 use crate::{report, start, stats};
 
 const WARM_UP: usize = 50;
@@ -35,15 +37,15 @@ fn local(program: &str, args: &[&str]) -> anyhow::Result<(pty_process::Pty, toki
 async fn local_echoes() -> anyhow::Result<Vec<Duration>> {
     let (mut pty, _child) = local("/bin/cat", &[])?;
     let mut byte = [0u8; 64];
-    let mut samples = Vec::with_capacity(ECHOES);
-    for i in 0..WARM_UP + ECHOES {
+    let mut samples = Vec::with_capacity(rounds(ECHOES));
+    for i in 0..rounds(WARM_UP) + rounds(ECHOES) {
         let t = Instant::now();
         pty.write_all(b"a").await?;
         let n = pty.read(&mut byte).await?;
         if n == 0 {
             bail!("the local pty closed");
         }
-        if i >= WARM_UP {
+        if i >= rounds(WARM_UP) {
             samples.push(t.elapsed());
         }
         if i % 60 == 59 {
@@ -68,15 +70,15 @@ async fn read_more(t: &mut Attached) -> anyhow::Result<()> {
 }
 
 async fn hosted_echoes(t: &mut Attached) -> anyhow::Result<Vec<Duration>> {
-    let mut samples = Vec::with_capacity(ECHOES);
-    for i in 0..WARM_UP + ECHOES {
+    let mut samples = Vec::with_capacity(rounds(ECHOES));
+    for i in 0..rounds(WARM_UP) + rounds(ECHOES) {
         let had = t.seen.len();
         let time = Instant::now();
         t.send(Input::Data(b"a".to_vec())).await;
         while t.seen.len() == had {
             read_more(t).await?;
         }
-        if i >= WARM_UP {
+        if i >= rounds(WARM_UP) {
             samples.push(time.elapsed());
         }
         if i % 60 == 59 {
@@ -151,16 +153,25 @@ pub fn run() -> anyhow::Result<()> {
         let hosted = stats(hosted_echoes(&mut attached).await?);
         let floor = stats(local_echoes().await?);
         report("terminal: keystroke echo through the supervisor", &hosted, Duration::from_millis(2));
+        summary::row(
+            "terminals",
+            "keystroke echo",
+            &format!("a local pty {}", summary::time(floor.median)),
+            "< 2 ms",
+            summary::time(hosted.median),
+            Some(hosted.median < Duration::from_millis(2)),
+        );
         report("terminal: keystroke echo on a local pty (floor)", &floor, Duration::from_millis(2));
         client.terminals.delete_terminal(pb::DeleteTerminalRequest { name: terminal.name }).await?;
 
-        let mut rounds = Vec::new();
+        let mut cats = Vec::new();
         for _ in 0..3 {
             let (local_time, local_bytes) = local_cat(&file).await?;
             let (hosted_time, hosted_bytes) = hosted_cat(&mut client, &file).await?;
-            rounds.push((local_time, local_bytes, hosted_time, hosted_bytes));
+            cats.push((local_time, local_bytes, hosted_time, hosted_bytes));
         }
-        for (local_time, local_bytes, hosted_time, hosted_bytes) in &rounds {
+        let mut ratios = Vec::new();
+        for (local_time, local_bytes, hosted_time, hosted_bytes) in &cats {
             if local_bytes != hosted_bytes {
                 bail!("cat through the supervisor gave {hosted_bytes} bytes, on a local pty {local_bytes}");
             }
@@ -171,7 +182,18 @@ pub fn run() -> anyhow::Result<()> {
                  {hosted_rate:>7.1} MiB/s ({hosted_bytes} B); ratio {:.2} (target ≥ 0.5)",
                 hosted_rate / local_rate
             );
+            ratios.push(hosted_rate / local_rate);
         }
+        ratios.sort_by(f64::total_cmp);
+        let median = ratios.get(ratios.len() / 2).copied().unwrap_or_default();
+        summary::row(
+            "terminals",
+            &format!("`cat` of {FILE_MIB} MiB"),
+            "a local pty",
+            "≥ 0.5×",
+            summary::times(median),
+            Some(median >= 0.5),
+        );
         anyhow::Ok(())
     })?;
     let rss = crate::vm_rss_kib(&std::path::PathBuf::from(format!("/proc/{}", running.pid())));
