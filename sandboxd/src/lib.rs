@@ -67,8 +67,9 @@ pub struct SandboxdService {
     context: HelperContext,
     launcher: Arc<Launcher>,
     runs: Arc<Runs>,
-    /// The microVMs of registered runs, and the probe made once at start.
-    vms: Arc<microvm::vms::VmHost>,
+    /// The microVMs of registered runs, and the probe made once, in the background,
+    /// at start.
+    vms: microvm::late::LateVmHost,
 }
 
 impl SandboxdService {
@@ -91,9 +92,7 @@ impl SandboxdService {
             let here = std::env::current_exe().ok().and_then(|e| e.parent().map(std::path::Path::to_owned));
             cc_host::microvm::default_image_dir(&here.unwrap_or_default())
         });
-        let facts = cc_host::microvm::gather(&image, true);
-        let vms = Arc::new(microvm::vms::VmHost::new(&facts, image, data_dir_for_vms(&context.bootstrap.data_dir)));
-        tracing::info!(microvm = %vms.probe.line, "sandboxd microvm probe");
+        let vms = microvm::late::LateVmHost::start(image, data_dir_for_vms(&context.bootstrap.data_dir));
         Ok(Self { context: context.clone(), launcher, runs, vms })
     }
 }
@@ -133,12 +132,13 @@ impl Sandboxd for SandboxdService {
         _request: Request<pb::GetProbeRequest>,
     ) -> Result<Response<pb::GetProbeResponse>, Status> {
         let probe = self.launcher.probe();
+        let vms = self.vms.get().await?;
         let backend = SandboxBackend::from(probe.backend) as i32;
         Ok(Response::new(pb::GetProbeResponse {
             backend,
             detail: probe.detail.clone(),
-            microvm_available: self.vms.probe.available,
-            microvm: self.vms.probe.line.clone(),
+            microvm_available: vms.probe.available,
+            microvm: vms.probe.line.clone(),
         }))
     }
 
@@ -159,7 +159,7 @@ impl Sandboxd for SandboxdService {
     ) -> Result<Response<pb::UnregisterRunResponse>, Status> {
         let run_id = request.into_inner().run_id;
         let killed = self.runs.unregister(&run_id).ok_or_else(|| LaunchError::RunNotFound(run_id.clone()))?;
-        let vms = self.vms.stop_run(&run_id).await;
+        let vms = self.vms.get().await?.stop_run(&run_id).await;
         Ok(Response::new(pb::UnregisterRunResponse { killed: killed + vms }))
     }
 
@@ -218,7 +218,7 @@ impl Sandboxd for SandboxdService {
     async fn start_vm(&self, request: Request<pb::StartVmRequest>) -> Result<Response<pb::StartVmResponse>, Status> {
         let r = request.into_inner();
         let policy = self.launcher.policy_of(&r.run_id)?;
-        let vm = self.vms.start(&policy, r.memory_mib, r.cpus, r.network).await?;
+        let vm = self.vms.get().await?.start(&policy, r.memory_mib, r.cpus, r.network).await?;
         Ok(Response::new(pb::StartVmResponse { vm: Some(vm) }))
     }
 
@@ -250,18 +250,18 @@ impl Sandboxd for SandboxdService {
                 }
             }
         });
-        let events = self.vms.exec(start, fed).await?;
+        let events = self.vms.get().await?.exec(start, fed).await?;
         let events = ReceiverStream::new(events).map(|e| e.map(|event| pb::ExecVmResponse { event: Some(event) }));
         Ok(Response::new(Box::pin(events)))
     }
 
     async fn stop_vm(&self, request: Request<pb::StopVmRequest>) -> Result<Response<pb::StopVmResponse>, Status> {
-        self.vms.stop(&request.into_inner().vm_id, "stopped on request").await?;
+        self.vms.get().await?.stop(&request.into_inner().vm_id, "stopped on request").await?;
         Ok(Response::new(pb::StopVmResponse {}))
     }
 
     async fn get_vm(&self, request: Request<pb::GetVmRequest>) -> Result<Response<pb::GetVmResponse>, Status> {
-        let vm = self.vms.get(&request.into_inner().vm_id)?;
+        let vm = self.vms.get().await?.get(&request.into_inner().vm_id)?;
         Ok(Response::new(pb::GetVmResponse { vm: Some(vm) }))
     }
 

@@ -8,6 +8,7 @@
 //! [`vms`] keeps the VMs of registered runs, for the supervisor's rigs and microVM
 //! terminals.
 
+pub mod late;
 pub mod qemu;
 pub mod vms;
 pub mod vsock;
