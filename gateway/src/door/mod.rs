@@ -246,6 +246,8 @@ impl Doors {
             let (door, ledger, shared) = (door.clone(), ledger.clone(), self.shared.clone());
             let limit: Limit<UnixStream> = (model_slots.clone(), Arc::new(drop));
             tokio::spawn(accept(model_door, door.run_id.clone(), allowed, stopped.clone(), limit, move |stream| {
+                // A long answer otherwise waits on the agent's reading every ~200 KiB.
+                splice::Socket::widen(&stream);
                 model::serve(stream, door.clone(), ledger.clone(), shared.clone())
             }));
         }
