@@ -222,12 +222,14 @@ pub(crate) fn path_str(p: &Path) -> anyhow::Result<&str> {
 /// What an agent pays on every command: a whole `ccctl tool RUN bash -- true` process
 /// (client start, connect, gate, sandboxd, launch, exit report), against a bare
 /// `bwrap --unshare-all` process, in alternating pairs so that both see the same machine.
+/// Each call asks for its `--timings`, and the median of each stage is printed.
 fn per_command(data: &Path, run_id: &str) -> anyhow::Result<()> {
     let bare_argv = ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"];
     let (mut tool, mut bare) = (Vec::new(), Vec::new());
+    let mut stages = Stages::default();
     for pair in 0..2 + rounds(30) {
         let t = Instant::now();
-        ccctl(data, &["tool", run_id, "bash", "--", "true"])?;
+        let timings = timed_tool_call(data, run_id)?;
         let tool_time = t.elapsed();
         let t = Instant::now();
         let status = Command::new(bare_argv[0]).args(&bare_argv[1..]).status()?;
@@ -237,11 +239,13 @@ fn per_command(data: &Path, run_id: &str) -> anyhow::Result<()> {
         if pair >= 2 {
             tool.push(tool_time);
             bare.push(t.elapsed());
+            stages.add(tool_time, &timings)?;
         }
     }
     let (tool, bare) = (stats(tool), stats(bare));
     report("`ccctl tool RUN bash -- true`, whole process", &tool, bare.median);
     report("a bare `bwrap --unshare-all` process (anchor)", &bare, bare.median);
+    stages.print();
     let ratio = tool.median.as_secs_f64() / bare.median.as_secs_f64();
     println!("per-command cost: {ratio:.2}× a bare bwrap process (target ≤ 1.0)");
     summary::row(
@@ -253,6 +257,71 @@ fn per_command(data: &Path, run_id: &str) -> anyhow::Result<()> {
         Some(ratio <= 1.0),
     );
     Ok(())
+}
+
+/// One `ccctl --json tool RUN bash --timings -- true`: its timings line.
+fn timed_tool_call(data: &Path, run_id: &str) -> anyhow::Result<serde_json::Value> {
+    let args = ["--json", "tool", run_id, "bash", "--timings", "--", "true"];
+    let out: Output = Command::new(sibling("ccctl")?).arg("--data-dir").arg(data).args(args).output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("ccctl {args:?}: {}", stderr.trim());
+    }
+    let line = stderr.lines().rev().find(|l| l.contains("\"timings\"")).context("ccctl printed no timings")?;
+    let parsed: serde_json::Value = serde_json::from_str(line).context("ccctl's timings line")?;
+    Ok(parsed["timings"].clone())
+}
+
+/// A command's stages, each call's, in the order they happen.
+#[derive(Default)]
+struct Stages {
+    rows: Vec<(&'static str, Vec<Duration>)>,
+    warm: usize,
+    calls: usize,
+}
+
+impl Stages {
+    fn add(&mut self, whole: Duration, t: &serde_json::Value) -> anyhow::Result<()> {
+        let get = |key: &str| {
+            t[key].as_u64().map(Duration::from_micros).with_context(|| format!("no {key} in ccctl's timings"))
+        };
+        let (before, call, supervisor) = (get("before_call_micros")?, get("call_micros")?, get("supervisor_micros")?);
+        let (gate, launch, prepare) = (get("gate_micros")?, get("launch_micros")?, get("sandboxd_prepare_micros")?);
+        let (command, exit_report) = (get("command_micros")?, get("sandboxd_report_micros")?);
+        let stages = [
+            ("ccctl's process: exec, load, exit", whole.saturating_sub(before + call)),
+            ("ccctl: arguments, runtime, connect", before),
+            ("the call's transport, both ways", call.saturating_sub(supervisor)),
+            ("the gate", gate),
+            ("supervisor -> sandboxd and back", launch.saturating_sub(prepare)),
+            ("sandboxd: the envelope checked, handed its command", prepare),
+            ("the command in the envelope (init, true, exit)", command),
+            ("sandboxd: the exit reported", exit_report),
+            ("the supervisor, the rest", supervisor.saturating_sub(gate + launch + command + exit_report)),
+        ];
+        if self.rows.is_empty() {
+            self.rows = stages.iter().map(|(name, _)| (*name, Vec::new())).collect();
+        }
+        for ((_, times), (_, took)) in self.rows.iter_mut().zip(stages) {
+            times.push(took);
+        }
+        self.calls += 1;
+        self.warm += usize::from(t["warm_envelope"].as_bool() == Some(true));
+        Ok(())
+    }
+
+    fn print(&self) {
+        println!(
+            "where a command's time goes (medians of {} calls, {} in an envelope made ahead):",
+            self.calls, self.warm
+        );
+        for (name, times) in &self.rows {
+            let mut sorted = times.clone();
+            sorted.sort();
+            let median = sorted.get(sorted.len() / 2).copied().unwrap_or_default();
+            println!("  {name:<52} {:>8.3} ms", median.as_secs_f64() * 1e3);
+        }
+    }
 }
 
 pub(crate) fn ccctl(data: &Path, args: &[&str]) -> anyhow::Result<String> {

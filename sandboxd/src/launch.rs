@@ -308,6 +308,7 @@ impl Launcher {
         request: pb::LaunchRequest,
         stdin: Option<mpsc::Receiver<terminal::Input>>,
     ) -> Result<ReceiverStream<Result<pb::LaunchResponse, Status>>, LaunchError> {
+        let arrived = std::time::Instant::now();
         let io = Io::asked(&request, stdin)?;
         let (p, wrapping) = {
             let this = self.clone();
@@ -321,6 +322,7 @@ impl Launcher {
         let ahead = matches!(wrapping, Wrapping::Bubblewrap(..)) && p.kind != Kind::Runner;
         let next = ahead.then(|| (self.clone(), p.policy.clone(), p.kind));
         let process = self.start(&p, wrapping, io).await?;
+        let started = std::time::Instant::now();
         let (tx, events) = report::channel();
         #[cfg(target_os = "macos")]
         let denials = (envelope == SandboxBackend::Native)
@@ -328,7 +330,13 @@ impl Launcher {
             .flatten();
         #[cfg(not(target_os = "macos"))]
         let denials = None;
-        let report = Report { run_id: p.policy.run_id.clone(), envelope, timeout_seconds: request.timeout_seconds };
+        let report = Report {
+            run_id: p.policy.run_id.clone(),
+            envelope,
+            timeout_seconds: request.timeout_seconds,
+            arrived,
+            started,
+        };
         tokio::spawn(report.run(process, self.runs.clone(), next, tx, denials));
         Ok(events)
     }
@@ -385,7 +393,7 @@ impl Launcher {
                 let command = spawn::Command::Interactive(&envelope.command);
                 let started = self.spawn_envelope(p, &envelope, bound, command)?;
                 feed_stdin(input, started.command_pipe);
-                Ok(Process { child: started.child, group: started.group, terminal: None })
+                Ok(Process { child: started.child, group: started.group, terminal: None, warm: false })
             }
             (Wrapping::SandboxExec(args), io) => {
                 let mut c = tokio::process::Command::new(self.program()?);
@@ -419,10 +427,10 @@ impl Launcher {
             // Counted before its command is given.
             self.runs.add_or_refuse(run_id, ready.group())?;
             let (child, group) = ready.hand_off(&envelope.command);
-            return Ok(Process { child, group, terminal: None });
+            return Ok(Process { child, group, terminal: None, warm: true });
         }
         let started = self.spawn_envelope(p, envelope, bound, spawn::Command::Now(&envelope.command))?;
-        Ok(Process { child: started.child, group: started.group, terminal: None })
+        Ok(Process { child: started.child, group: started.group, terminal: None, warm: false })
     }
 
     /// A terminal launch: the slave goes to the envelope, the master stays here; the
@@ -444,7 +452,7 @@ impl Launcher {
             .map_err(|e| LaunchError::CannotStart(std::io::Error::other(format!("a terminal: {e}"))))?;
         let (read, write) = master.into_split();
         tokio::spawn(terminal::feed(input, write, control));
-        Ok(Process { child: started.child, group: started.group, terminal: Some(read) })
+        Ok(Process { child: started.child, group: started.group, terminal: Some(read), warm: false })
     }
 
     /// bubblewrap with `envelope`, as the run's user, in the run's cgroup, counted as
@@ -479,7 +487,7 @@ impl Launcher {
         if let Io::Piped(input) = io {
             feed_stdin(input, child.stdin.take());
         }
-        Ok(Process { child, group, terminal: None })
+        Ok(Process { child, group, terminal: None, warm: false })
     }
 
     fn program(&self) -> Result<&Path, LaunchError> {

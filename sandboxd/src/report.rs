@@ -4,7 +4,7 @@
 //! exit is queued.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cc_proto::common::v1::SandboxBackend;
 use cc_proto::sandboxd::v1 as pb;
@@ -37,6 +37,8 @@ pub(crate) struct Process {
     pub group: u32,
     /// A terminal's master, whose read half is the output (the child has no pipes).
     pub terminal: Option<pty_process::OwnedReadPty>,
+    /// It was handed to an envelope made ahead.
+    pub warm: bool,
 }
 
 /// What the next envelope is made from: the launcher, the policy the launch ran
@@ -49,6 +51,9 @@ pub(crate) struct Report {
     pub envelope: SandboxBackend,
     /// 0: none.
     pub timeout_seconds: u32,
+    /// When the launch was asked for, and when its process started.
+    pub arrived: Instant,
+    pub started: Instant,
 }
 
 pub(crate) type Sender = mpsc::Sender<Result<pb::LaunchResponse, Status>>;
@@ -71,7 +76,7 @@ impl Report {
         tx: Sender,
         denials: Option<tokio::task::JoinHandle<()>>,
     ) {
-        let Process { mut child, group, terminal } = process;
+        let Process { mut child, group, terminal, warm } = process;
         let native = self.envelope == SandboxBackend::Native;
         for event in [Event::Envelope(self.envelope as i32), Event::ProcessId(group)] {
             let _ = tx.send(Ok(pb::LaunchResponse { event: Some(event) })).await;
@@ -110,6 +115,7 @@ impl Report {
         if !native {
             kill_group(group);
         }
+        let exited = Instant::now();
         let _ = tokio::time::timeout(Duration::from_secs(1), output).await;
         let run_id = self.run_id;
         runs.remove(&run_id, group);
@@ -117,7 +123,18 @@ impl Report {
             denials.abort();
         }
         use std::os::unix::process::ExitStatusExt;
-        let exit = pb::Exit { code: status.and_then(|s| s.code()), signal: status.and_then(|s| s.signal()), timed_out };
+        let timings = pb::LaunchTimings {
+            prepare_micros: micros(self.started - self.arrived),
+            run_micros: micros(exited - self.started),
+            report_micros: micros(exited.elapsed()),
+            warm_envelope: warm,
+        };
+        let exit = pb::Exit {
+            code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            timed_out,
+            timings: Some(timings),
+        };
         // The next envelope is announced before the exit is reported, so that the
         // next launch waits for it rather than making its own, and made once the exit
         // is queued, so that it never delays it; in a task of its own, so that a
@@ -134,6 +151,10 @@ impl Report {
             let _ = tx.send(exit).await;
         }
     }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Which of a launch's pipes [`forward`] carries.

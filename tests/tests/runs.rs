@@ -111,6 +111,36 @@ fn bash_streams_output_and_status_and_a_denial_runs_nothing() {
     assert!(text(&capped).1.contains("over the configured cap"));
 }
 
+/// `--timings` says where a command's time went, after its output and without
+/// changing its status: as a sentence, and with `--json` as an object whose stages fit
+/// inside the whole.
+#[test]
+fn bash_timings_say_where_a_commands_time_went() {
+    let f = fixture(None);
+    let run = f.start_run("chat");
+    let out = f.tool(&run, &["bash", "--timings", "--", "echo hi; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out).1);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(stdout, "hi\n");
+    let line = stderr.lines().last().unwrap_or_default();
+    for part in ["ccctl: timings: ", "before the call", "the supervisor", "gate", "sandboxd's launch", "the command"] {
+        assert!(line.contains(part), "{part:?} in {line:?}");
+    }
+
+    let out = f.sup.ccctl(&["--json", "tool", &run, "bash", "--timings", "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let line = text(&out).1.lines().last().unwrap_or_default().to_owned();
+    let parsed: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let t = &parsed["timings"];
+    let micros = |key: &str| t[key].as_u64().unwrap_or_else(|| panic!("no {key} in {line}"));
+    let parts = micros("gate_micros") + micros("launch_micros") + micros("command_micros");
+    assert!(parts <= micros("supervisor_micros"), "the stages fit in the supervisor's whole: {line}");
+    assert!(micros("sandboxd_prepare_micros") <= micros("launch_micros"), "{line}");
+    assert!(micros("supervisor_micros") <= micros("call_micros"), "{line}");
+    assert!(micros("command_micros") > 0, "{line}");
+    assert!(t["warm_envelope"].is_boolean(), "{line}");
+}
+
 #[test]
 fn read_only_modes_have_no_mutation_tools_and_deny_mutating_bash() {
     let f = fixture(None);

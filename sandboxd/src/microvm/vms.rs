@@ -349,17 +349,17 @@ impl VmHost {
                             agent::exec_response::Event::Stdout(b) => { if !send(Event::Stdout(b)).await { return } }
                             agent::exec_response::Event::Stderr(b) => { if !send(Event::Stderr(b)).await { return } }
                             agent::exec_response::Event::Exit(e) => {
-                                break pb::Exit { code: e.code, signal: e.signal, timed_out: false };
+                                break pb::Exit { code: e.code, signal: e.signal, timed_out: false, timings: None };
                             }
                             agent::exec_response::Event::Started(_) => {}
                         },
                         Some(Ok(_)) => {}
                         // The guest or its agent went away: no exit to tell.
-                        Some(Err(_)) | None => break pb::Exit { code: None, signal: None, timed_out: false },
+                        Some(Err(_)) | None => break pb::Exit { code: None, signal: None, timed_out: false, timings: None },
                     },
-                    _ = &mut timeout => break pb::Exit { code: None, signal: Some(9), timed_out: true },
+                    _ = &mut timeout => break pb::Exit { code: None, signal: Some(9), timed_out: true, timings: None },
                     _ = async { ended.wait_for(|e| *e).await.map(|_| ()) } => {
-                        break pb::Exit { code: None, signal: Some(9), timed_out: false };
+                        break pb::Exit { code: None, signal: Some(9), timed_out: false, timings: None };
                     }
                     _ = tx.closed() => return,
                 }

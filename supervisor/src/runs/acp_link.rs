@@ -466,7 +466,8 @@ fn prompt_ended(shared: &Shared, end: rn::AcpPromptEnd) {
     let last = match end.end {
         Some(End::StopReason(reason)) => {
             let code = if reason == "end_turn" { 0 } else { 1 };
-            let exit = pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false };
+            let exit =
+                pb::BashExit { code: Some(code), signal: None, timed_out: false, truncated: false, timings: None };
             Ok(pb::PromptRunResponse { event: Some(Event::Exit(exit)) })
         }
         Some(End::Failed(failed)) if failed.kind == FailureKind::TimedOut as i32 => {

@@ -327,7 +327,13 @@ impl Relay {
             )
             .await;
         }
-        let exit = pb::BashExit { code: exit.code, signal: exit.signal, timed_out: exit.timed_out, truncated: false };
+        let exit = pb::BashExit {
+            code: exit.code,
+            signal: exit.signal,
+            timed_out: exit.timed_out,
+            truncated: false,
+            timings: None,
+        };
         let mut payload = json!({ "code": exit.code, "signal": exit.signal, "timed_out": exit.timed_out });
         if self.on_host {
             payload["unsandboxed"] = serde_json::Value::Bool(true);

@@ -5,6 +5,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cc_policy::roots::{Misplaced, Root, check_write};
 use cc_policy::{Action, Decision, Effect, Scope};
@@ -277,12 +278,17 @@ impl ToolCalls {
     }
 
     pub async fn call_tool(&self, run_id: &RunId, tool: Option<Tool>) -> Result<Events, RunError> {
+        let arrived = Instant::now();
         let run = self.runs.require_live(run_id)?;
         let described = describe(tool.as_ref(), &run.record.work_dir)?;
+        let asked = Instant::now();
         self.ask_gate(&run, &described, false).await?;
+        let clock = CallClock { arrived, gate: asked.elapsed() };
         let tool = match tool.map(for_runner) {
             Some(Ok(tool)) => tool,
-            Some(Err(bash)) => return self.bash(&run, bash, Some(self.runs.config().bash_output_cap_bytes)).await,
+            Some(Err(bash)) => {
+                return self.bash(&run, bash, Some(self.runs.config().bash_output_cap_bytes), clock).await;
+            }
             None => return Err(RunError::BadRequest("the call names no tool".into())),
         };
         let mut runner = run.ready_runner(self.runs.deadlines().runner_call()).await?;
@@ -328,17 +334,25 @@ impl ToolCalls {
     /// for up to the longest timeout a call may ask, its output not capped (the
     /// terminal keeps only its tail).
     pub(super) async fn terminal_command(&self, run_id: &RunId, command: String) -> Result<Events, RunError> {
+        let arrived = Instant::now();
         let run = self.runs.require_live(run_id)?;
         let call = pb::BashArgs { command, timeout_seconds: self.runs.config().bash_max_timeout_seconds };
         let described = describe(Some(&Tool::Bash(call.clone())), &run.record.work_dir)?;
+        let asked = Instant::now();
         self.ask_gate(&run, &described, false).await?;
-        self.bash(&run, call, None).await
+        self.bash(&run, call, None, CallClock { arrived, gate: asked.elapsed() }).await
     }
 
     /// bash: in the run's harness_bash envelope, with the configured timeout and, when
     /// `cap` is given, output cap. Over the cap, the rest is dropped and closing
     /// sandboxd's stream kills the command's whole process group.
-    async fn bash(&self, run: &LiveRun, call: pb::BashArgs, cap: Option<u64>) -> Result<Events, RunError> {
+    async fn bash(
+        &self,
+        run: &LiveRun,
+        call: pb::BashArgs,
+        cap: Option<u64>,
+        clock: CallClock,
+    ) -> Result<Events, RunError> {
         let config = self.runs.config();
         let timeout = match call.timeout_seconds {
             0 => config.bash_timeout_seconds,
@@ -368,7 +382,9 @@ impl ToolCalls {
         // sandboxd still can).
         let deadline_after = std::time::Duration::from_secs(u64::from(timeout)) + self.runs.deadlines().launch_grace();
         let deadline = tokio::time::Instant::now() + deadline_after;
+        let launching = Instant::now();
         let mut launched = self.runs.launch(run, request, "bash").await?;
+        let launch = launching.elapsed();
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             let send = |event| {
@@ -414,6 +430,7 @@ impl ToolCalls {
                             signal: Some(9),
                             timed_out: false,
                             truncated: true,
+                            timings: None,
                         }))
                         .await;
                         // Dropping the stream kills the command.
@@ -446,11 +463,13 @@ impl ToolCalls {
                             events.record("limit_reached", &subject, json!({ "limit": limit, "message": message }));
                             let _ = send(Event::Stderr(format!("cc: {message}\n").into_bytes())).await;
                         }
+                        let timings = clock.timings(launch, exit.timings.unwrap_or_default());
                         send(Event::Exit(pb::BashExit {
                             code: exit.code,
                             signal: exit.signal,
                             timed_out: exit.timed_out,
                             truncated: false,
+                            timings: Some(timings),
                         }))
                         .await
                     }
@@ -462,6 +481,30 @@ impl ToolCalls {
             }
         });
         Ok(ReceiverStream::new(rx))
+    }
+}
+
+/// When a call arrived, and what its gate took: the start of its [`pb::BashTimings`].
+#[derive(Clone, Copy)]
+struct CallClock {
+    arrived: Instant,
+    gate: Duration,
+}
+
+impl CallClock {
+    /// The call's stages, at its exit: `launch`, the launch asked of sandboxd until its
+    /// events began; `sandboxd`, what sandboxd measured of it.
+    fn timings(&self, launch: Duration, sandboxd: sb::LaunchTimings) -> pb::BashTimings {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        pb::BashTimings {
+            total_micros: micros(self.arrived.elapsed()),
+            gate_micros: micros(self.gate),
+            launch_micros: micros(launch),
+            sandboxd_prepare_micros: sandboxd.prepare_micros,
+            command_micros: sandboxd.run_micros,
+            sandboxd_report_micros: sandboxd.report_micros,
+            warm_envelope: sandboxd.warm_envelope,
+        }
     }
 }
 

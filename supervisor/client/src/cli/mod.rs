@@ -15,6 +15,7 @@ mod render;
 mod rig;
 mod runs;
 mod terminal;
+mod timings;
 mod words;
 
 pub use args::Cli;
@@ -77,6 +78,7 @@ fn end_quietly_on_broken_pipe() {
 
 /// Runs ccctl with the process's arguments.
 pub fn main() -> ExitCode {
+    timings::started();
     end_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

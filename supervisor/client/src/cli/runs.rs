@@ -156,6 +156,9 @@ pub enum ToolAction {
         /// Seconds [default: the configured default]
         #[arg(long, default_value_t = 0)]
         timeout: u32,
+        /// Print where the call's time went, on stderr, after the command's output
+        #[arg(long)]
+        timings: bool,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -495,9 +498,14 @@ pub async fn tool(mut client: Runs, run_id: String, action: ToolAction, json: bo
             }
             return Ok(());
         }
-        ToolAction::Bash { timeout, command } => {
+        ToolAction::Bash { timeout, timings, command } => {
             let line = command_line(&command)?;
+            let called = std::time::Instant::now();
             let outcome = bash(&mut client, None, &run_id, line, timeout).await?;
+            if timings {
+                let timings = outcome.exit.as_ref().and_then(|e| e.timings).unwrap_or_default();
+                super::timings::print(&super::timings::Client::measured(called), &timings, json);
+            }
             return match outcome.status()? {
                 0 => Ok(()),
                 code => Err(ExitWith::silent(code)),
