@@ -85,13 +85,12 @@ pub fn run(srt: Option<String>) -> anyhow::Result<()> {
     let (one, get_run) = (stats(one), stats(get_run));
     report("`read` 4 KiB: client → supervisor → runner", &one, Duration::from_millis(1));
     report("for comparison: GetRun (supervisor only, unary)", &get_run, Duration::from_millis(1));
-    summary::row(
+    summary::row_under(
         "runs",
         "`read` 4 KiB round trip",
         &format!("`GetRun` {}", summary::time(get_run.median)),
-        "< 1 ms",
-        summary::time(one.median),
-        Some(one.median < Duration::from_millis(1)),
+        Duration::from_millis(1),
+        one.median,
     );
     let per_second = |wall: Duration| rounds(READS) as f64 / wall.as_secs_f64();
     println!(

@@ -46,6 +46,21 @@ pub fn row(benchmark: &str, what: &str, anchor: &str, target: &str, measured: St
     }
 }
 
+/// A row for a median that must stay under `limit`: the commonest shape, a time beside
+/// an anchor measured in the same run (`anchor` says what and how long; empty for none).
+pub fn row_under(benchmark: &str, what: &str, anchor: &str, limit: std::time::Duration, median: std::time::Duration) {
+    row(benchmark, what, anchor, &format!("< {}", limit_text(limit)), time(median), Some(median < limit));
+}
+
+/// A limit as a person writes it: `1 s`, `5 ms`, `200 µs`.
+fn limit_text(limit: std::time::Duration) -> String {
+    match limit.as_micros() {
+        us if us % 1_000_000 == 0 => format!("{} s", us / 1_000_000),
+        us if us % 1_000 == 0 => format!("{} ms", us / 1_000),
+        us => format!("{us} µs"),
+    }
+}
+
 /// A duration as the table shows it: milliseconds, or microseconds under one.
 pub fn time(d: std::time::Duration) -> String {
     let ms = d.as_secs_f64() * 1e3;
@@ -173,6 +188,15 @@ pub fn heading() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_reads_as_a_person_writes_it() {
+        use std::time::Duration;
+        assert_eq!(limit_text(Duration::from_secs(1)), "1 s");
+        assert_eq!(limit_text(Duration::from_millis(5)), "5 ms");
+        assert_eq!(limit_text(Duration::from_micros(200)), "200 µs");
+        assert_eq!(limit_text(Duration::from_micros(1500)), "1500 µs");
+    }
 
     fn sample() -> Vec<Row> {
         vec![
