@@ -168,6 +168,21 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     say(&enforcement.line());
     let enforcement = Arc::new(enforcement);
 
+    // 5c. The microVM backend: what this host has of what it needs, said on the startup
+    //     line (sandboxd, which would launch the VMs, probes the same for itself). Its
+    //     guest image is looked for beside the helpers. Asking QEMU takes ~20 ms, so it
+    //     runs while the helpers start; after 5b, so that what it spawns is in the
+    //     supervisor's own cgroup leaf.
+    let helper_dir = match &options.helper_dir {
+        Some(dir) => dir.clone(),
+        None => default_helper_dir().map_err(StartError::HelperDir)?,
+    };
+    let microvm_image =
+        config.sandbox.microvm_image.clone().unwrap_or_else(|| cc_host::microvm::default_image_dir(&helper_dir));
+    let image = microvm_image.clone();
+    let microvm_probe =
+        tokio::task::spawn_blocking(move || cc_host::microvm::judge(&cc_host::microvm::gather(&image, true)));
+
     // 6. The client socket, before the helpers, so that clients can watch start-up.
     socket::prepare_private_dir(&data.sock_dir())?;
     let api_socket = data.api_socket();
@@ -180,20 +195,6 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     );
 
     // 7. The helpers, each supervised by its own task.
-    let helper_dir = match &options.helper_dir {
-        Some(dir) => dir.clone(),
-        None => default_helper_dir().map_err(StartError::HelperDir)?,
-    };
-    // The microVM backend: what this host has of what it needs, said on the startup
-    // line (sandboxd, which would launch the VMs, probes the same for itself). Its
-    // guest image is looked for beside the helpers.
-    let microvm_image =
-        config.sandbox.microvm_image.clone().unwrap_or_else(|| cc_host::microvm::default_image_dir(&helper_dir));
-    let image = microvm_image.clone();
-    let microvm = tokio::task::spawn_blocking(move || cc_host::microvm::judge(&cc_host::microvm::gather(&image, true)))
-        .await
-        .map_err(|e| StartError::Api(format!("the microvm probe failed: {e}")))?;
-    say(&microvm.line);
     // sandboxd probes for itself, with the same choice and bubblewrap.
     let mut sandboxd_options = std::collections::BTreeMap::new();
     sandboxd_options.insert("sandbox".to_owned(), options.sandbox.as_str().to_owned());
@@ -257,6 +258,21 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         log_format: options.log_format,
     });
     let helpers = Arc::new(HelperSet::start(launches, env)?);
+    // READY=1 once every helper serves at the same time, whatever the rest of start-up
+    // still does: the API socket already listens (6), and a client that connects
+    // before step 8 serves it waits in its backlog, not in error.
+    let ready = {
+        let helpers = helpers.clone();
+        tokio::spawn(async move {
+            helpers.wait_all_running().await;
+            match sd_notify::notify("READY=1") {
+                Ok(_) => tracing::info!("all helpers serving: ready"),
+                Err(e) => tracing::warn!(error = %e, "cannot notify systemd"),
+            }
+        })
+    };
+    let microvm = microvm_probe.await.map_err(|e| StartError::Api(format!("the microvm probe failed: {e}")))?;
+    say(&microvm.line);
     let channels = Arc::new(HelperChannels::new(helpers.clone(), config.deadlines.helper_call()));
     crate::health::watch(channels.clone(), config.deadlines.clone(), events.clone());
     let runs = RunManager::new(RunEnv {
@@ -387,25 +403,13 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     );
     say(&format!("serving {}", api_socket.display()));
 
-    // 9. READY=1 once every helper serves at the same time.
-    let ready = {
-        let helpers = helpers.clone();
-        tokio::spawn(async move {
-            helpers.wait_all_running().await;
-            match sd_notify::notify("READY=1") {
-                Ok(_) => tracing::info!("all helpers serving: ready"),
-                Err(e) => tracing::warn!(error = %e, "cannot notify systemd"),
-            }
-        })
-    };
-
-    // 10. Run until asked to stop (or the API fails).
+    // 9. Run until asked to stop (or the API fails).
     let served = tokio::select! {
         _ = shutdown => None,
         result = &mut server => Some(result),
     };
 
-    // 11. Stop: the API first (no new requests), then the helpers, last started first.
+    // 10. Stop: the API first (no new requests), then the helpers, last started first.
     ready.abort();
     hangups.abort();
     let _ = stop_api.send(());
