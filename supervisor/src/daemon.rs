@@ -119,6 +119,11 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let config_source = crate::reload::ConfigSource { named: options.config.clone(), default_file: data.config_file() };
     let (_, config_base, config) = config_source.read()?;
 
+    // The sandbox probe runs bubblewrap twice (~6 ms), meanwhile 3 and 4 go on; it
+    // ends before 5b, so nothing it spawned is left in the cgroup the supervisor leaves.
+    let (choice, bwrap) = (options.sandbox, config.sandbox.bwrap.clone());
+    let probe = tokio::task::spawn_blocking(move || probe::probe(choice, bwrap.as_deref()));
+
     // 3. The gate's rules (below, once the event log exists): a rules file that does
     //    not load stops start-up, never a silent fall back to the defaults.
 
@@ -137,11 +142,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let gate = Arc::new(Gate::load(&config.gate, &config_base, events.clone())?);
     conversations.make_attachments_dir("default")?;
 
-    // 5. The sandbox probe, said on the startup line.
-    let (choice, bwrap) = (options.sandbox, config.sandbox.bwrap.clone());
-    let probe = tokio::task::spawn_blocking(move || probe::probe(choice, bwrap.as_deref()))
-        .await
-        .map_err(|e| StartError::NativeUnavailable(format!("the probe failed: {e}")))?;
+    // 5. The sandbox probe (started before 3, as it needs nothing of them), said on the
+    //    startup line.
+    let probe = probe.await.map_err(|e| StartError::NativeUnavailable(format!("the probe failed: {e}")))?;
     if options.sandbox == SandboxChoice::Native && probe.backend != Backend::Native {
         return Err(StartError::NativeUnavailable(probe.line()));
     }
