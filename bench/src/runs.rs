@@ -285,18 +285,23 @@ impl Stages {
             t[key].as_u64().map(Duration::from_micros).with_context(|| format!("no {key} in ccctl's timings"))
         };
         let (before, call, supervisor) = (get("before_call_micros")?, get("call_micros")?, get("supervisor_micros")?);
-        let (gate, launch, prepare) = (get("gate_micros")?, get("launch_micros")?, get("sandboxd_prepare_micros")?);
+        let (gate, prepare) = (get("gate_micros")?, get("sandboxd_prepare_micros")?);
         let (command, exit_report) = (get("command_micros")?, get("sandboxd_report_micros")?);
         let stages = [
             ("ccctl's process: exec, load, exit", whole.saturating_sub(before + call)),
             ("ccctl: arguments, runtime, connect", before),
             ("the call's transport, both ways", call.saturating_sub(supervisor)),
             ("the gate", gate),
-            ("supervisor -> sandboxd and back", launch.saturating_sub(prepare)),
+            // The launch's answer travels back while the command already runs, so the
+            // round trip is what the supervisor's whole leaves once sandboxd's own stages
+            // (one after another) and the gate are taken out.
+            (
+                "supervisor <-> sandboxd, its own work",
+                supervisor.saturating_sub(gate + prepare + command + exit_report),
+            ),
             ("sandboxd: the envelope checked, handed its command", prepare),
             ("the command in the envelope (init, true, exit)", command),
             ("sandboxd: the exit reported", exit_report),
-            ("the supervisor, the rest", supervisor.saturating_sub(gate + launch + command + exit_report)),
         ];
         if self.rows.is_empty() {
             self.rows = stages.iter().map(|(name, _)| (*name, Vec::new())).collect();
