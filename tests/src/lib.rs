@@ -370,6 +370,20 @@ pub fn payload(event: &Event) -> serde_json::Value {
     serde_json::from_str(&event.payload_json).expect("payload is JSON")
 }
 
+/// The command lines (arguments joined by spaces) of every process whose command line
+/// mentions `needle`.
+pub fn processes_mentioning(needle: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmdline).contains(needle.to_str().unwrap())
+        {
+            found.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    found
+}
+
 /// The processes whose program (`argv[0]`) is `program`, by pid.
 pub fn processes_running(program: &Path) -> Vec<u32> {
     std::fs::read_dir("/proc")
