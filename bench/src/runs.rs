@@ -260,12 +260,8 @@ fn per_command(data: &Path, run_id: &str) -> anyhow::Result<()> {
 
 /// One `ccctl --json tool RUN bash --timings -- true`: its timings line.
 fn timed_tool_call(data: &Path, run_id: &str) -> anyhow::Result<serde_json::Value> {
-    let args = ["--json", "tool", run_id, "bash", "--timings", "--", "true"];
-    let out: Output = Command::new(sibling("ccctl")?).arg("--data-dir").arg(data).args(args).output()?;
+    let out = ccctl_output(data, &["--json", "tool", run_id, "bash", "--timings", "--", "true"])?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        bail!("ccctl {args:?}: {}", stderr.trim());
-    }
     let line = stderr.lines().rev().find(|l| l.contains("\"timings\"")).context("ccctl printed no timings")?;
     let parsed: serde_json::Value = serde_json::from_str(line).context("ccctl's timings line")?;
     Ok(parsed["timings"].clone())
@@ -320,20 +316,23 @@ impl Stages {
             self.calls, self.warm
         );
         for (name, times) in &self.rows {
-            let mut sorted = times.clone();
-            sorted.sort();
-            let median = sorted.get(sorted.len() / 2).copied().unwrap_or_default();
+            let median = if times.is_empty() { Duration::ZERO } else { stats(times.clone()).median };
             println!("  {name:<52} {:>8.3} ms", median.as_secs_f64() * 1e3);
         }
     }
 }
 
 pub(crate) fn ccctl(data: &Path, args: &[&str]) -> anyhow::Result<String> {
+    Ok(String::from_utf8_lossy(&ccctl_output(data, args)?.stdout).into_owned())
+}
+
+/// `ccctl` on `data`, its output whole; an error, with its stderr, when it failed.
+fn ccctl_output(data: &Path, args: &[&str]) -> anyhow::Result<Output> {
     let out: Output = Command::new(sibling("ccctl")?).arg("--data-dir").arg(data).args(args).output()?;
     if !out.status.success() {
         bail!("ccctl {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(out)
 }
 
 fn vm_rss_kib(pid: u32) -> anyhow::Result<u64> {

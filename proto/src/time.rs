@@ -1,5 +1,6 @@
 //! The API's times are `google.protobuf.Timestamp`s; the store and the event log keep
-//! milliseconds since the Unix epoch. These convert between the two.
+//! milliseconds since the Unix epoch. These convert between the two. A call's timings
+//! (`LaunchTimings`, `BashTimings`) are whole microseconds.
 
 pub use prost_types::Timestamp;
 
@@ -16,6 +17,11 @@ pub fn optional_timestamp(unix_ms: Option<i64>) -> Option<Timestamp> {
 /// Milliseconds since the Unix epoch of a timestamp; 0 when unset.
 pub fn unix_ms(timestamp: Option<&Timestamp>) -> i64 {
     timestamp.map_or(0, |t| t.seconds.saturating_mul(1000).saturating_add(i64::from(t.nanos) / 1_000_000))
+}
+
+/// A duration in whole microseconds, as a call's timings carry it (saturating).
+pub fn micros(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -124,9 +124,9 @@ impl Report {
         }
         use std::os::unix::process::ExitStatusExt;
         let timings = pb::LaunchTimings {
-            prepare_micros: micros(self.started - self.arrived),
-            run_micros: micros(exited - self.started),
-            report_micros: micros(exited.elapsed()),
+            prepare_micros: cc_proto::time::micros(self.started - self.arrived),
+            run_micros: cc_proto::time::micros(exited - self.started),
+            report_micros: cc_proto::time::micros(exited.elapsed()),
             warm_envelope: warm,
         };
         let exit = pb::Exit {
@@ -151,10 +151,6 @@ impl Report {
             let _ = tx.send(exit).await;
         }
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Which of a launch's pipes [`forward`] carries.

@@ -267,6 +267,19 @@ impl ToolCalls {
         }
     }
 
+    /// [`Self::ask_gate`] for a harness call that arrived at `arrived`, timed for its
+    /// [`pb::BashTimings`].
+    async fn ask_gate_timed(
+        &self,
+        run: &LiveRun,
+        described: &Described,
+        arrived: Instant,
+    ) -> Result<CallClock, RunError> {
+        let asked = Instant::now();
+        self.ask_gate(run, described, false).await?;
+        Ok(CallClock { arrived, gate: asked.elapsed() })
+    }
+
     /// Judges `command_line` as a bash call of the run (a rig's command): the gate's
     /// rules, the command policy and the mode, and its approvers; `Ok` only for an allow.
     pub async fn judge_command(&self, run_id: &RunId, command_line: &str) -> Result<Arc<LiveRun>, RunError> {
@@ -281,9 +294,7 @@ impl ToolCalls {
         let arrived = Instant::now();
         let run = self.runs.require_live(run_id)?;
         let described = describe(tool.as_ref(), &run.record.work_dir)?;
-        let asked = Instant::now();
-        self.ask_gate(&run, &described, false).await?;
-        let clock = CallClock { arrived, gate: asked.elapsed() };
+        let clock = self.ask_gate_timed(&run, &described, arrived).await?;
         let tool = match tool.map(for_runner) {
             Some(Ok(tool)) => tool,
             Some(Err(bash)) => {
@@ -338,9 +349,8 @@ impl ToolCalls {
         let run = self.runs.require_live(run_id)?;
         let call = pb::BashArgs { command, timeout_seconds: self.runs.config().bash_max_timeout_seconds };
         let described = describe(Some(&Tool::Bash(call.clone())), &run.record.work_dir)?;
-        let asked = Instant::now();
-        self.ask_gate(&run, &described, false).await?;
-        self.bash(&run, call, None, CallClock { arrived, gate: asked.elapsed() }).await
+        let clock = self.ask_gate_timed(&run, &described, arrived).await?;
+        self.bash(&run, call, None, clock).await
     }
 
     /// bash: in the run's harness_bash envelope, with the configured timeout and, when
@@ -495,7 +505,7 @@ impl CallClock {
     /// The call's stages, at its exit: `launch`, the launch asked of sandboxd until its
     /// events began; `sandboxd`, what sandboxd measured of it.
     fn timings(&self, launch: Duration, sandboxd: sb::LaunchTimings) -> pb::BashTimings {
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        use cc_proto::time::micros;
         pb::BashTimings {
             total_micros: micros(self.arrived.elapsed()),
             gate_micros: micros(self.gate),

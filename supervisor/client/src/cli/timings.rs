@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use cc_proto::supervisor::v1 as pb;
+use cc_proto::time::micros;
 use serde_json::json;
 
 static STARTED: OnceLock<Instant> = OnceLock::new();
@@ -33,10 +34,6 @@ impl Client {
 
 fn ms(micros: u64) -> String {
     format!("{:.2} ms", micros as f64 / 1000.0)
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// One line on stderr: a sentence, or with `--json` an object.
