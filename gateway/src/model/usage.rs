@@ -20,6 +20,12 @@ static ANTHROPIC_NAMES: LazyLock<[Finder<'static>; 2]> =
     LazyLock::new(|| [Finder::new(b"message_start"), Finder::new(b"message_delta")]);
 static OPENAI_NAMES: LazyLock<[Finder<'static>; 2]> = LazyLock::new(|| [Finder::new(b"usage"), Finder::new(b"model")]);
 
+/// Anthropic's events that never carry usage: nearly all of a long answer is
+/// `content_block_delta`. Each event is named on its `event:` line, and its data's
+/// `type` is the same name, so a data line under one of these names is not searched.
+const EVENTS_WITHOUT_USAGE: &[&[u8]] =
+    &[b"content_block_delta", b"content_block_start", b"content_block_stop", b"ping", b"message_stop"];
+
 /// The longest server-sent-event line read; longer lines (a huge text delta) are
 /// passed over, since usage is never in them.
 const MAX_LINE_BYTES: usize = 256 * 1024;
@@ -91,13 +97,15 @@ pub struct Meter {
     held: Vec<u8>,
     /// Passing over a line longer than [`MAX_LINE_BYTES`] until its end.
     skipping: bool,
+    /// The current event was named as one of [`EVENTS_WITHOUT_USAGE`].
+    event_without_usage: bool,
     usage: Usage,
 }
 
 impl Meter {
     /// `streamed`: the answer is `text/event-stream`.
     pub fn new(api: Api, streamed: bool) -> Meter {
-        Meter { api, streamed, held: Vec::new(), skipping: false, usage: Usage::default() }
+        Meter { api, streamed, held: Vec::new(), skipping: false, event_without_usage: false, usage: Usage::default() }
     }
 
     pub fn feed(&mut self, mut chunk: &[u8]) {
@@ -158,7 +166,19 @@ impl Meter {
     /// that name usage are parsed (the text deltas, nearly all of a stream, are not).
     fn line(&mut self, line: &[u8]) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            // An event ends at a blank line.
+            self.event_without_usage = false;
+            return;
+        }
+        if let Some(name) = line.strip_prefix(b"event:") {
+            self.event_without_usage = self.api == Api::Anthropic && EVENTS_WITHOUT_USAGE.contains(&name.trim_ascii());
+            return;
+        }
         let Some(data) = line.strip_prefix(b"data:") else { return };
+        if self.event_without_usage {
+            return;
+        }
         let names = match self.api {
             Api::Anthropic => &*ANTHROPIC_NAMES,
             Api::Openai => &*OPENAI_NAMES,
@@ -228,6 +248,21 @@ mod tests {
             assert_eq!(metered(Api::Anthropic, true, ANTHROPIC_SSE, chunk), expected, "chunks of {chunk}");
         }
         assert_eq!(expected.total(), 147);
+    }
+
+    #[test]
+    fn an_anthropic_event_named_as_one_without_usage_is_not_searched() {
+        // The name is the provider's word for its data's type, as with every field.
+        let misnamed = "event: content_block_delta\n\
+            data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":99}}\n\n\
+            data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n";
+        for chunk in [1, 5, 4096] {
+            assert_eq!(metered(Api::Anthropic, true, misnamed, chunk).output_tokens, 7, "chunks of {chunk}");
+        }
+        // The name ends with its event: the next event's data is read.
+        let renamed = "event: ping\ndata: {}\n\nevent: message_delta\n\
+            data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}\n\n";
+        assert_eq!(metered(Api::Anthropic, true, renamed, 3).output_tokens, 3);
     }
 
     #[test]
