@@ -101,13 +101,16 @@ fn answer(conn: TcpStream) {
         "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}}\n\n",
         "x".repeat(900)
     );
-    let block = frame(&delta.repeat(64));
+    let events = delta.repeat(64);
+    let block = frame(&events);
+    // Counted without the framing, which the door writes its own way: every answer
+    // carries at least `stream_bytes` of events, whichever way it is framed.
     let mut left = stream_bytes;
     while left > 0 {
         if out.write_all(block.as_bytes()).is_err() {
             return;
         }
-        left = left.saturating_sub(block.len() as u64);
+        left = left.saturating_sub(events.len() as u64);
     }
     let tail = "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":5}}\n\n\
                 event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
