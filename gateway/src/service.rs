@@ -77,7 +77,7 @@ pub fn service(context: &HelperContext) -> Result<GatewayServer<GatewayService>,
         peers,
         upstream: Upstream::new(github)?,
         handshake,
-        models: Default::default(),
+        providers: Default::default(),
     };
     let doors = Doors::new(runs_dir, shared);
     tracing::info!(github, "forwarding runs' git to");

@@ -9,10 +9,12 @@
 //! paths; since the envelope binds the directory, not the sockets, it sees the new ones.
 
 mod agent;
+mod answer;
 pub mod forward;
 mod front;
 mod loopback;
 pub mod model;
+mod provider;
 mod proxy;
 mod push;
 pub mod report;
@@ -103,8 +105,8 @@ pub struct Shared {
     pub reporter: report::Reporter,
     /// How long a proxy's client may take to send its whole request.
     pub handshake: std::time::Duration,
-    /// The model door's HTTPS clients.
-    pub models: model::Clients,
+    /// The model door's connections to providers.
+    pub providers: Arc<provider::Providers>,
 }
 
 #[derive(Debug, thiserror::Error)]

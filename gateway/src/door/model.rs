@@ -4,28 +4,30 @@
 //! placeholder. The agent never holds the key: the broker swaps it for the
 //! placeholder here, per request, and the placeholder works nowhere else.
 //!
-//! The answer streams back as it comes (server-sent events pass chunk by chunk); its
-//! usage is read on the way ([`crate::model::usage`]) and reported to the supervisor,
+//! The request goes out on the door's own connection to the provider
+//! ([`super::provider`]), and the answer streams back as it comes (server-sent events
+//! pass chunk by chunk, [`super::answer`]); its usage is read on the way
+//! ([`crate::model::usage`]) and reported to the supervisor,
 //! which counts it against the run's budget. A refusal of the door's own is in the
 //! provider's error shape ([`crate::model::refusal`]) and never holds a key; a
 //! provider's error answer is passed on with the key scrubbed from it.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
 
-use super::front::{data_stream, without_url};
+use super::answer::{Answer, Reporting};
+use super::front::data_stream;
+use super::provider::{ProviderBody, RequestBody};
 use super::segments::Segments;
 use super::{RunDoor, Shared};
 use crate::model::Api;
@@ -38,14 +40,6 @@ use crate::peers::PeerError;
 pub const MAX_REQUEST_BYTES: u64 = 64 << 20;
 /// The most of a provider's error answer held (to scrub the key from it).
 const MAX_ERROR_BYTES: usize = 256 << 10;
-/// Frames of an answer in flight between the provider and the agent.
-const IN_FLIGHT_FRAMES: usize = 16;
-/// How long a provider may take to connect; an answer then takes as long as it takes
-/// (the agent's own timeout and the run's end bound it), but not silent for longer
-/// than this.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-const READ_TIMEOUT: Duration = Duration::from_secs(600);
-
 /// Request headers never passed on: the agent's credentials (the door sets the
 /// provider's), hop-by-hop headers, and anything naming another host or proxy.
 /// `Content-Length` passes: the body streams through with the length it was sent with
@@ -118,39 +112,6 @@ impl Ledger {
     }
 }
 
-/// HTTP clients by trust roots: building one reads the system's roots, so each is
-/// made once and shared by every run.
-#[derive(Default)]
-pub struct Clients(Mutex<HashMap<Vec<u8>, reqwest::Client>>);
-
-impl Clients {
-    fn get(&self, ca_pem: &[u8]) -> Result<reqwest::Client, String> {
-        let mut clients = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(client) = clients.get(ca_pem) {
-            return Ok(client.clone());
-        }
-        let mut builder = reqwest::Client::builder()
-            // A redirect could carry the key to another host.
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(READ_TIMEOUT)
-            .tls_built_in_webpki_certs(false)
-            .tls_built_in_native_certs(true)
-            // The door chose the host; no proxy of the environment's may see the key.
-            .no_proxy();
-        if !ca_pem.is_empty() {
-            for cert in
-                reqwest::Certificate::from_pem_bundle(ca_pem).map_err(|e| format!("the provider's ca_file: {e}"))?
-            {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder.build().map_err(|e| format!("cannot make an HTTPS client: {e}"))?;
-        clients.insert(ca_pem.to_vec(), client.clone());
-        Ok(client)
-    }
-}
-
 /// Serves one connection to the run's model door (its socket, or for a run without
 /// an envelope its loopback port: there the placeholder is the credential).
 pub async fn serve<S>(stream: S, door: Arc<RunDoor>, ledger: Arc<Ledger>, shared: Arc<Shared>)
@@ -170,14 +131,14 @@ where
 }
 
 /// What the door reports of one request.
-struct Report {
-    provider: String,
-    status: u16,
-    usage: Usage,
-    streamed: bool,
-    first_byte: Duration,
-    took: Duration,
-    refused: Option<String>,
+pub struct Report {
+    pub provider: String,
+    pub status: u16,
+    pub usage: Usage,
+    pub streamed: bool,
+    pub first_byte: Duration,
+    pub took: Duration,
+    pub refused: Option<String>,
 }
 
 async fn handle(
@@ -270,30 +231,29 @@ async fn handle(
         }
         Err(e) => return refused(Kind::Unreachable, format!("the key could not be had: {e}")),
     };
-    let client = match shared.models.get(&provider.ca_pem) {
-        Ok(client) => client,
-        Err(why) => return refused(Kind::Unreachable, why),
-    };
     let mut url = format!("{}{}", provider.base_url, call.path);
     if let Some(query) = call.query {
         url.push('?');
         url.push_str(query);
     }
     let (parts, body) = request.into_parts();
-    let mut upstream = client.request(parts.method.clone(), url).headers(passed_headers(&parts.headers));
-    upstream = match api {
-        Api::Anthropic => upstream.header("x-api-key", sensitive(&key)),
-        Api::Openai => upstream.header(header::AUTHORIZATION, sensitive(&format!("Bearer {key}"))),
+    let body: RequestBody = if parts.method == http::Method::POST {
+        BodyExt::boxed(StreamBody::new(bounded(data_stream(body)).map_ok(Frame::data)))
+    } else {
+        Empty::new().map_err(|never| match never {}).boxed()
     };
-    if parts.method == http::Method::POST {
-        upstream = upstream.body(reqwest::Body::wrap_stream(bounded(data_stream(body))));
-    }
-    let sent = upstream.send().await;
-    let response = match sent {
+    let mut upstream = Request::new(body);
+    *upstream.method_mut() = parts.method.clone();
+    *upstream.headers_mut() = passed_headers(&parts.headers);
+    match api {
+        Api::Anthropic => upstream.headers_mut().insert("x-api-key", sensitive(&key)),
+        Api::Openai => upstream.headers_mut().insert(header::AUTHORIZATION, sensitive(&format!("Bearer {key}"))),
+    };
+    let response = match shared.providers.send(&url, &provider.ca_pem, upstream).await {
         Ok(response) => response,
         Err(e) => {
-            let mut why = format!("provider {} cannot be reached: {}", provider.name, without_url(&e));
-            if why.contains("certificate") {
+            let mut why = format!("provider {} cannot be reached: {e}", provider.name);
+            if e.is_certificate() {
                 why.push_str(&format!(
                     "; a provider whose certificate a private CA signed names that CA in [models.{}] ca_file",
                     provider.name
@@ -316,7 +276,7 @@ async fn handle(
     }
     if !response.status().is_success() {
         // Held whole, bounded, to scrub the key a provider may echo.
-        let text = super::front::read_bounded(response, MAX_ERROR_BYTES).await.unwrap_or_default();
+        let text = read_bounded(response.into_body(), MAX_ERROR_BYTES).await;
         let scrubbed = refusal::scrub(&text, &key);
         report(
             shared,
@@ -338,78 +298,35 @@ async fn handle(
         *answer.headers_mut() = headers;
         return answer;
     }
-    let (tx, rx) = mpsc::channel::<Result<Frame<Segments>, std::io::Error>>(IN_FLIGHT_FRAMES);
-    let (shared, ledger, door) = (shared.clone(), ledger.clone(), door.clone());
-    let name = provider.name.clone();
-    tokio::spawn(async move {
-        let mut meter = Meter::new(api, streamed);
-        let mut first_byte = None;
-        let mut chunks = response.bytes_stream();
-        let mut next = chunks.next().await;
-        while let Some(Ok(chunk)) = next {
-            first_byte.get_or_insert_with(|| arrived.elapsed());
-            meter.feed(&chunk);
-            // What has already arrived joins the frame; an event that comes alone
-            // still goes at once.
-            let mut frame = Segments::from(chunk);
-            // The item after the frame, when looking for more found the answer's end or
-            // an error.
-            let mut after = None;
-            while frame.has_room() {
-                match chunks.next().now_or_never() {
-                    Some(Some(Ok(more))) => {
-                        meter.feed(&more);
-                        frame.push(more);
-                    }
-                    Some(end_or_error) => {
-                        after = Some(end_or_error);
-                        break;
-                    }
-                    None => break,
-                }
-            }
-            // The agent hung up: what it was sent so far is what it used.
-            if tx.send(Ok(Frame::data(frame))).await.is_err() {
-                next = None;
-                break;
-            }
-            next = match after {
-                Some(item) => item,
-                None => chunks.next().await,
-            };
-        }
-        if let Some(Err(e)) = next {
-            let _ = tx.send(Err(std::io::Error::other(without_url(&e)))).await;
-        }
-        drop(tx);
-        let usage = meter.finish();
-        report(
-            &shared,
-            &door,
-            Report {
-                provider: name,
-                status,
-                usage,
-                streamed,
-                first_byte: first_byte.unwrap_or_else(|| arrived.elapsed()),
-                took: arrived.elapsed(),
-                refused: None,
-            },
-            &ledger,
-        );
-    });
-    let body = StreamBody::new(tokio_stream_of(rx));
+    let (_, upstream) = response.into_parts();
+    let reporting = Reporting {
+        shared: shared.clone(),
+        door: door.clone(),
+        ledger: ledger.clone(),
+        provider: provider.name.clone(),
+        status,
+        streamed,
+        arrived,
+    };
+    let body = Answer::new(upstream, Meter::new(api, streamed), reporting);
     let mut answer = Response::new(BodyExt::boxed(body));
     *answer.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *answer.headers_mut() = headers;
     answer
 }
 
-/// The receiver as a stream of frames.
-fn tokio_stream_of(
-    mut rx: mpsc::Receiver<Result<Frame<Segments>, std::io::Error>>,
-) -> impl futures::Stream<Item = Result<Frame<Segments>, std::io::Error>> + Send + 'static {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+/// A provider's error answer, whole up to `limit` bytes: what is past it is dropped.
+async fn read_bounded(mut body: ProviderBody, limit: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(Ok(data)) = frame.map(Frame::into_data) else { break };
+        let room = limit.saturating_sub(out.len());
+        out.extend_from_slice(&data[..data.len().min(room)]);
+        if out.len() >= limit {
+            break;
+        }
+    }
+    out
 }
 
 /// The request body, cut off past [`MAX_REQUEST_BYTES`] (a body without a length).
@@ -474,7 +391,7 @@ fn answer(status: StatusCode, api: Api, kind: Kind, message: &str) -> Response<A
 /// Sends the request's record to the supervisor in the background, counts its tokens
 /// against the run, and takes the supervisor's refusal (a workspace's daily budget)
 /// for the run's next requests.
-fn report(shared: &Arc<Shared>, door: &RunDoor, report: Report, ledger: &Arc<Ledger>) {
+pub fn report(shared: &Arc<Shared>, door: &RunDoor, report: Report, ledger: &Arc<Ledger>) {
     let total = report.usage.total();
     ledger.used.fetch_add(total, Ordering::Relaxed);
     let request = cc_proto::supervisor::v1::RecordModelUsageRequest {

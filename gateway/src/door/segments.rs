@@ -1,8 +1,8 @@
 //! An answer's chunks, as they arrived from the provider, carried to the agent as one
 //! frame: hyper writes a frame under one chunk header with one `writev`, the chunks
-//! in place (no copy). The provider's client hands a streamed body on in pieces of at
-//! most 8 KiB; sent one frame each, a fast answer cost the door a wake-up, a channel
-//! message and a write per 8 KiB, and moved at a fifth of a straight transfer.
+//! in place (no copy). hyper hands a body on one chunk of the provider's at a time, and
+//! a close-delimited body in pieces of at most 8 KiB; written one frame each, a fast
+//! answer cost the door a write per piece.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
