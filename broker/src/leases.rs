@@ -82,7 +82,10 @@ pub struct LeaseStore {
     db: Connection,
 }
 
+/// One transaction, so that a new database costs one synced commit, not one per
+/// statement (the broker serves only once it is open, and start-up waits on it).
 const SCHEMA: &str = "
+BEGIN;
 CREATE TABLE IF NOT EXISTS leases (
     id INTEGER PRIMARY KEY,
     run TEXT NOT NULL,
@@ -99,6 +102,7 @@ CREATE TABLE IF NOT EXISTS leases (
     next_attempt_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS leases_by_run ON leases(run);
+COMMIT;
 ";
 
 impl LeaseStore {
