@@ -315,18 +315,10 @@ async fn handle(
     answer
 }
 
-/// A provider's error answer, whole up to `limit` bytes: what is past it is dropped.
-async fn read_bounded(mut body: ProviderBody, limit: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(Ok(data)) = frame.map(Frame::into_data) else { break };
-        let room = limit.saturating_sub(out.len());
-        out.extend_from_slice(&data[..data.len().min(room)]);
-        if out.len() >= limit {
-            break;
-        }
-    }
-    out
+/// A provider's error answer, whole; nothing when it is over `limit` bytes or breaks
+/// off, since a cut could end inside an echoed key, past what scrubbing recognises.
+async fn read_bounded(body: ProviderBody, limit: usize) -> Vec<u8> {
+    http_body_util::Limited::new(body, limit).collect().await.map(|whole| whole.to_bytes().to_vec()).unwrap_or_default()
 }
 
 /// The request body, cut off past [`MAX_REQUEST_BYTES`] (a body without a length).
